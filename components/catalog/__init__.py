@@ -1,0 +1,109 @@
+"""The catalog: instance shapes, service limits and prices as sourced data, read by a thin loader.
+
+The data lives in the YAML files beside this module; each row names its sources and the date they
+were read. Nothing here guesses: a value nobody could confirm is listed under the row's
+`unconfirmed`, and a missing price is `None` (reported as "unpriced", never as zero).
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import yaml
+
+Cloud = Literal["aws", "tencentcloud"]
+CLOUDS: tuple[Cloud, ...] = ("aws", "tencentcloud")
+
+_HERE = Path(__file__).parent
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One instance type, as sold by its cloud."""
+
+    cloud: Cloud
+    type: str
+    family: str
+    gpu: str
+    gpu_count: int
+    gpu_mem_gib: int
+    vcpu: int
+    mem_gib: int
+    interconnect: Literal["pcie", "nvlink", "nvswitch"]
+    rdma_interfaces: Optional[int]
+    """EFA interfaces on AWS (0 = none); RDMA NICs on Tencent (None = RDMA present, count unpublished)."""
+    network_gbps: int
+    nvme_count: int
+    nvme_gb: int
+    price_hourly: Optional[float]
+    currency: str
+    source: tuple[str, ...]
+    as_of: datetime.date
+    price_region: Optional[str] = None
+    regions: tuple[str, ...] = ()
+    zones: tuple[str, ...] = ()
+    hpc: bool = False
+    """Tencent HCC shape: must be created inside an HPC cluster."""
+    unconfirmed: tuple[str, ...] = ()
+    note: str = ""
+
+    @property
+    def rdma(self) -> bool:
+        """True when the shape has EFA (AWS) or RDMA (Tencent HCC) networking."""
+        return self.hpc or bool(self.rdma_interfaces)
+
+    @property
+    def has_nvme(self) -> bool:
+        return self.nvme_count > 0
+
+    @property
+    def gpu_label(self) -> str:
+        """E.g. "8×H100 80GB"."""
+        return f"{self.gpu_count}×{self.gpu} {self.gpu_mem_gib}GB"
+
+
+@dataclass(frozen=True)
+class Limit:
+    """One sourced service limit or enum value."""
+
+    value: Any
+    source: str
+    as_of: datetime.date
+    note: str = field(default="")
+
+
+def _read(name: str) -> Any:
+    with open(_HERE / name, encoding="utf-8") as f:
+        return yaml.safe_load(f)
+
+
+@lru_cache(maxsize=None)
+def shapes(cloud: Cloud) -> dict[str, Shape]:
+    """Every catalogued shape of `cloud`, by instance type."""
+    out: dict[str, Shape] = {}
+    for row in _read("instances.yaml"):
+        if row["cloud"] != cloud:
+            continue
+        row = dict(row)
+        for key in ("source", "regions", "zones", "unconfirmed"):
+            row[key] = tuple(row.get(key, ()))
+        out[row["type"]] = Shape(**row)
+    return out
+
+
+def shape(cloud: Cloud, instance_type: str) -> Optional[Shape]:
+    return shapes(cloud).get(instance_type)
+
+
+@lru_cache(maxsize=None)
+def limits(cloud: Cloud) -> dict[str, Limit]:
+    """Every sourced limit of `cloud`, by name."""
+    return {name: Limit(**row) for name, row in _read("limits.yaml")[cloud].items()}
+
+
+def limit(cloud: Cloud, name: str) -> Any:
+    return limits(cloud)[name].value

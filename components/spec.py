@@ -1,0 +1,482 @@
+"""The stack file's `gpu-cluster:cluster` value (DESIGN §3): pydantic models and `load_spec`.
+
+All input validation lives here. `load_spec` returns a `Cluster` — the validated spec with every
+tier default filled in, the catalogued shape and the notes the plan must say aloud — or raises one
+`SpecError` listing every problem, each naming the field, the value and what is allowed. Nothing is
+registered with Pulumi before this succeeds.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from components import catalog, tiers
+from components.catalog import Cloud, Shape
+from components.tiers import Tier
+
+Criticality = Literal["critical", "standard", "experimental"]
+Purchase = Literal["on_demand", "spot", "mixed"]
+Scratch = Literal["nvme", "disk", "none"]
+
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+_PRIVATE_V4 = [ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")]
+_ID_PATTERNS: dict[tuple[Cloud, str], str] = {
+    ("aws", "image_id"): r"ami-[0-9a-f]{8,17}",
+    ("tencentcloud", "image_id"): r"img-[0-9a-z]{8}",
+    ("aws", "existing_subnet_id"): r"subnet-[0-9a-f]{8,17}",
+    ("tencentcloud", "existing_subnet_id"): r"subnet-[0-9a-z]{8}",
+}
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Network(_Model):
+    """Where the nodes live and who may reach them."""
+
+    cidr: ipaddress.IPv4Network = Field(
+        default=ipaddress.IPv4Network("10.40.0.0/16"),
+        description="Private (RFC 1918) VPC range, /16 to /24; the cluster subnet takes its first half.",
+    )
+    ssh_cidrs: tuple[ipaddress.IPv4Network, ...] = Field(
+        default=(),
+        description="Ranges allowed to reach port 22. Empty: no inbound SSH at all (use SSM / TAT).",
+    )
+    existing_subnet_id: Optional[str] = Field(
+        default=None,
+        description="Use this subnet instead of creating a VPC. The cluster then shares a subnet "
+        "(\"shared vSwitch\"), which the policy pack rejects.",
+    )
+
+    @field_validator("cidr")
+    @classmethod
+    def _private_and_sized(cls, v: ipaddress.IPv4Network) -> ipaddress.IPv4Network:
+        if not any(v.subnet_of(p) for p in _PRIVATE_V4):
+            raise ValueError("must be a private range inside 10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16")
+        if not 16 <= v.prefixlen <= 24:
+            raise ValueError("prefix must be between /16 and /24 (room for the node and NAT subnets)")
+        return v
+
+
+class Lustre(_Model):
+    """The parallel file system mounted at /lustre (FSx for Lustre PERSISTENT_2 / CFS Turbo)."""
+
+    capacity_gib: Optional[int] = Field(
+        default=None,
+        gt=0,
+        description="Size in GiB. AWS: 1200, 2400, then steps of 2400. Tencent: TB ≥ 40960 in steps "
+        "of 20480, TP ≥ 20480 in steps of 10240. Default: the tier's size.",
+    )
+    throughput_per_tib: Optional[int] = Field(
+        default=None,
+        gt=0,
+        description="MB/s per TiB. AWS: 125, 250, 500 or 1000. Tencent: 100 (Standard Turbo, TB) or "
+        "200 (High-Performance Turbo, TP). Default: the tier's value.",
+    )
+    import_path: Optional[str] = Field(
+        default=None,
+        pattern=r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/.*)?$",
+        description="AWS only: s3://bucket/prefix linked to the file system by a data repository "
+        "association. Default: none.",
+    )
+
+
+_TIER_DEFAULT = "tier default"
+
+
+class Storage(_Model):
+    """Disks, scratch, the parallel file system and the checkpoint bucket."""
+
+    root_gb: Optional[int] = Field(
+        default=None, ge=30, le=16384,
+        description="Encrypted root volume per node, GB. Default: entry 100, mid 200, large 500.",
+    )
+    scratch: Optional[Scratch] = Field(
+        default=None,
+        description="/scratch: nvme = the shape's local NVMe striped as RAID0 at boot; disk = a "
+        "non-persistent cloud disk; none. Default: nvme when the shape has local NVMe, else none.",
+    )
+    data_disk_gb: int = Field(
+        default=0, ge=0, le=16384,
+        description="Persistent, snapshotted data disk per node, GB. 0: none.",
+    )
+    lustre: Optional[Lustre] = Field(
+        default=None,
+        description="Parallel file system. Left out: the tier's default (none on entry); null: none.",
+    )
+    checkpoint_bucket: bool = Field(
+        default=True,
+        description="Create a private, versioned, encrypted checkpoint bucket (S3 / COS).",
+    )
+
+
+class Snapshots(_Model):
+    """Backup cadence for data disks and the file system."""
+
+    every_hours: Optional[int] = Field(
+        default=None,
+        description="Snapshot interval: 1, 2, 3, 4, 6, 8, 12 or 24 hours. Default: entry 24, mid 12, large 6.",
+    )
+    retain: Optional[int] = Field(
+        default=None, ge=1,
+        description="Snapshots kept per disk (AWS DLM count) / days kept (Tencent). Default: entry 7, "
+        "mid and large 14.",
+    )
+
+
+class Budget(_Model):
+    """Monthly spend limit and who hears about it."""
+
+    monthly_limit: float = Field(gt=0, description="Monthly budget in `currency`.")
+    currency: str = Field(default="USD", description="AWS: USD. Tencent: CNY or USD (the account's).")
+    thresholds_pct: tuple[int, ...] = Field(
+        default=(50, 80, 100),
+        min_length=1,
+        description="Actual-spend alerts, % of the limit (1-1000); a forecast alert at 100 % is always added.",
+    )
+    emails: tuple[str, ...] = Field(
+        min_length=1, description="Who receives budget and GPU alarms; at least one address."
+    )
+
+    @field_validator("thresholds_pct")
+    @classmethod
+    def _thresholds(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        bad = [t for t in v if not 1 <= t <= 1000]
+        if bad:
+            raise ValueError(f"each threshold must be 1-1000 %, got {bad}")
+        if len(set(v)) != len(v):
+            raise ValueError(f"thresholds must be distinct, got {list(v)}")
+        return tuple(sorted(v))
+
+    @field_validator("emails")
+    @classmethod
+    def _emails(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [e for e in v if not _EMAIL.match(e)]
+        if bad:
+            raise ValueError(f"not e-mail addresses: {bad}")
+        return v
+
+
+class ClusterSpec(_Model):
+    """One GPU training cluster: the whole `gpu-cluster:cluster` value of a stack file."""
+
+    name: str = Field(
+        pattern=r"^[a-z][a-z0-9-]{1,23}$",
+        description="Cluster name, [a-z][a-z0-9-]{1,23}; prefixes every cloud resource name.",
+    )
+    cloud: Cloud = Field(description="aws or tencentcloud.")
+    zone: str = Field(description="The one zone for every node, disk and file system; inside the provider region.")
+    tier: Tier = Field(description="entry (1 × T4/A10), mid (4 × A100 NVLink), large (8 × H100-class + RDMA).")
+    nodes: int = Field(default=1, ge=1, description="GPU nodes: entry and mid 1-4, large 1-64.")
+    criticality: Criticality = Field(
+        default="standard",
+        description="critical (no spot-only, termination protection), standard, experimental.",
+    )
+    purchase: Purchase = Field(
+        default="on_demand",
+        description="on_demand, spot, or mixed (first node on-demand, the rest spot).",
+    )
+    instance_type: Optional[str] = Field(
+        default=None, description="Override the tier's default shape; must fit the tier."
+    )
+    image_id: Optional[str] = Field(
+        default=None,
+        description="Machine image. Default: the cloud's GPU deep-learning image (AWS DLAMI via SSM; "
+        "Tencent public Ubuntu image plus the GPU driver installer).",
+    )
+    network: Network = Field(default_factory=Network, description="See network.*.")
+    storage: Storage = Field(default_factory=Storage, description="See storage.*.")
+    snapshots: Snapshots = Field(default_factory=Snapshots, description="See snapshots.*.")
+    budget: Budget = Field(description="See budget.*.")
+    tags: dict[str, str] = Field(
+        default_factory=dict, description="Extra tags on every taggable resource."
+    )
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, v: dict[str, str]) -> dict[str, str]:
+        reserved = [k for k in v if k.startswith(("aws:", "gpu-cluster:")) or k == "managed-by"]
+        if reserved:
+            raise ValueError(f"reserved tag keys {reserved}: aws:*, gpu-cluster:* and managed-by are set by the program")
+        return v
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A validated cluster: the spec with every default filled in, its shape and its notes."""
+
+    spec: ClusterSpec
+    region: str
+    shape: Shape
+    notes: tuple[str, ...]
+    """Facts the plan must say plainly (e.g. AWS mid → p4d.24xlarge; Tencent spot is China-site only)."""
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def gpus(self) -> int:
+        return self.spec.nodes * self.shape.gpu_count
+
+    @property
+    def tags(self) -> dict[str, str]:
+        """Tags for every taggable resource: ours, then the user's (DESIGN §4)."""
+        return {
+            "gpu-cluster:name": self.spec.name,
+            "gpu-cluster:tier": self.spec.tier,
+            "gpu-cluster:criticality": self.spec.criticality,
+            "managed-by": "pulumi",
+            **self.spec.tags,
+        }
+
+
+class SpecError(ValueError):
+    """Every problem with a stack file, one sentence each."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("invalid stack file:\n" + "\n".join(f"  - {p}" for p in problems))
+
+
+def load_spec(cluster: Any, regions: Mapping[str, Optional[str]]) -> Cluster:
+    """Validate the `gpu-cluster:cluster` value against the provider regions of the stack.
+
+    `regions` maps each cloud to its provider region setting (`aws:region`, `tencentcloud:region`).
+    """
+    if not isinstance(cluster, Mapping):
+        raise SpecError([f"gpu-cluster:cluster must be a mapping of settings, got {type(cluster).__name__}"])
+    try:
+        spec = ClusterSpec.model_validate(cluster)
+    except ValidationError as e:
+        raise SpecError([_describe(err) for err in e.errors()]) from None
+    return _resolve(spec, regions)
+
+
+def _resolve(spec: ClusterSpec, regions: Mapping[str, Optional[str]]) -> Cluster:
+    problems: list[str] = []
+    cloud = spec.cloud
+    region = regions.get(cloud)
+    if not region:
+        problems.append(f"{cloud}:region is not set: set the provider region in the stack file's config "
+                        f"(e.g. {cloud}:region: {'us-east-1' if cloud == 'aws' else 'ap-guangzhou'})")
+        region = ""
+
+    try:
+        res = tiers.resolve(cloud, spec.tier, spec.instance_type)
+    except tiers.TierError as e:
+        field = "instance_type" if spec.instance_type else "tier"
+        value = spec.instance_type or spec.tier
+        problems.append(f"cluster.{field}={value!r} on {cloud}: {e}")
+        raise SpecError(problems) from None
+    shape, rule = res.shape, res.rule
+    notes = list(res.notes)
+
+    if region:
+        pattern = catalog.limit(cloud, "zone_pattern").format(region=re.escape(region))
+        if not re.fullmatch(pattern, spec.zone):
+            problems.append(f"cluster.zone={spec.zone!r} is not a zone of {cloud}:region={region!r}; "
+                            f"allowed: a zone named like {catalog.limit(cloud, 'zone_pattern').format(region=region)}")
+        elif shape.zones and spec.zone not in shape.zones:
+            problems.append(f"cluster.zone={spec.zone!r}: {shape.type} is sold only in {', '.join(shape.zones)}")
+        elif shape.regions and region not in shape.regions:
+            problems.append(f"{cloud}:region={region!r}: {shape.type} is sold only in {', '.join(shape.regions)}")
+
+    if spec.nodes > rule.max_nodes:
+        problems.append(f"cluster.nodes={spec.nodes} exceeds tier {spec.tier}'s limit; allowed: 1-{rule.max_nodes}")
+
+    for field in ("image_id", "existing_subnet_id"):
+        value = spec.image_id if field == "image_id" else spec.network.existing_subnet_id
+        pat = _ID_PATTERNS[(cloud, field)]
+        if value is not None and not re.fullmatch(pat, value):
+            where = "cluster.image_id" if field == "image_id" else "cluster.network.existing_subnet_id"
+            problems.append(f"{where}={value!r} is not a {cloud} id; allowed: ids matching {pat}")
+
+    d = rule.defaults
+    storage = spec.storage
+    scratch = storage.scratch or ("nvme" if shape.has_nvme else "none")
+    if scratch == "nvme" and not shape.has_nvme:
+        problems.append(f"cluster.storage.scratch='nvme': {shape.type} has no local NVMe; allowed: disk or none")
+
+    if "lustre" in storage.model_fields_set:
+        lustre = storage.lustre
+    else:
+        cap = d.lustre_capacity_gib[cloud]
+        lustre = Lustre(capacity_gib=cap) if cap else None
+    if lustre is not None:
+        lustre = Lustre(
+            capacity_gib=lustre.capacity_gib or d.lustre_capacity_gib[cloud] or _min_lustre(cloud),
+            throughput_per_tib=lustre.throughput_per_tib or d.lustre_throughput_per_tib[cloud],
+            import_path=lustre.import_path,
+        )
+        problems += _lustre_problems(cloud, region, lustre)
+
+    snaps = Snapshots(
+        every_hours=spec.snapshots.every_hours or d.snapshot_every_hours,
+        retain=spec.snapshots.retain or d.snapshot_retain,
+    )
+    intervals = catalog.limit(cloud, "dlm_interval_hours" if cloud == "aws" else "snapshot_interval_hours")
+    if snaps.every_hours not in intervals:
+        problems.append(f"cluster.snapshots.every_hours={snaps.every_hours} is not a supported interval; "
+                        f"allowed: {', '.join(map(str, intervals))}")
+    if cloud == "aws" and snaps.retain > catalog.limit("aws", "dlm_retain_count_max"):
+        problems.append(f"cluster.snapshots.retain={snaps.retain} exceeds AWS DLM's maximum; allowed: "
+                        f"1-{catalog.limit('aws', 'dlm_retain_count_max')}")
+
+    budget = spec.budget
+    currencies = catalog.limit(cloud, "budget_currencies")
+    if budget.currency not in currencies:
+        problems.append(f"cluster.budget.currency={budget.currency!r} is not a {cloud} budget currency; "
+                        f"allowed: {', '.join(currencies)}")
+    if cloud == "aws" and len(budget.thresholds_pct) + 1 > catalog.limit("aws", "budget_notifications_max"):
+        problems.append(f"cluster.budget.thresholds_pct has {len(budget.thresholds_pct)} thresholds; AWS Budgets "
+                        f"allows {catalog.limit('aws', 'budget_notifications_max')} notifications per budget, "
+                        f"one of them the 100 % forecast: allowed: at most "
+                        f"{catalog.limit('aws', 'budget_notifications_max') - 1}")
+
+    if problems:
+        raise SpecError(problems)
+
+    if spec.purchase != "on_demand" and not catalog.limit(cloud, "spot"):
+        notes.append(f"purchase={spec.purchase} on {cloud}: spot (SPOTPAID) is sold on the China site only; "
+                     f"on an international-site account `pulumi up` will fail — use purchase: on_demand there")
+    if spec.purchase == "mixed" and spec.nodes == 1:
+        notes.append("purchase=mixed with nodes=1: the first node is on-demand, so this cluster has no spot node")
+    if spec.network.existing_subnet_id:
+        notes.append(f"network.existing_subnet_id={spec.network.existing_subnet_id}: the cluster shares a subnet "
+                     f"it did not create (\"shared vSwitch\"); the policy pack rejects this")
+
+    filled = spec.model_copy(update={
+        "instance_type": shape.type,
+        "storage": storage.model_copy(update={
+            "root_gb": storage.root_gb or d.root_gb,
+            "scratch": scratch,
+            "lustre": lustre,
+        }),
+        "snapshots": snaps,
+    })
+    return Cluster(spec=filled, region=region, shape=shape, notes=tuple(notes))
+
+
+def _min_lustre(cloud: Cloud) -> int:
+    if cloud == "aws":
+        return catalog.limit("aws", "fsx_lustre_persistent2_capacity_gib")["first"][0]
+    return catalog.limit("tencentcloud", "cfs_turbo")["TB"]["min_gib"]
+
+
+def lustre_capacity_ok(capacity: int, first: list[int], step: int, minimum: Optional[int] = None) -> bool:
+    """True when `capacity` is one of `first`, or `first[-1]` (or `minimum`) plus whole `step`s."""
+    if capacity in first:
+        return True
+    base = minimum if minimum is not None else first[-1]
+    return capacity >= base and (capacity - base) % step == 0
+
+
+def tencent_turbo_type(throughput_per_tib: int) -> Optional[str]:
+    """CFS Turbo storage type (TB / TP) offering `throughput_per_tib`, or None."""
+    for kind, row in catalog.limit("tencentcloud", "cfs_turbo").items():
+        if row["throughput_per_tib"] == throughput_per_tib:
+            return kind
+    return None
+
+
+def _lustre_problems(cloud: Cloud, region: str, lustre: Lustre) -> list[str]:
+    problems = []
+    cap, tput = lustre.capacity_gib, lustre.throughput_per_tib
+    if cloud == "aws":
+        inc = catalog.limit("aws", "fsx_lustre_persistent2_capacity_gib")
+        if not lustre_capacity_ok(cap, inc["first"], inc["step"]):
+            problems.append(f"cluster.storage.lustre.capacity_gib={cap} is not an FSx for Lustre PERSISTENT_2 size; "
+                            f"allowed: {', '.join(map(str, inc['first']))}, then steps of {inc['step']} "
+                            f"(e.g. {_nearest(cap, inc['first'], inc['step'])})")
+        allowed = catalog.limit("aws", "fsx_lustre_persistent2_throughput_per_tib")
+        if tput not in allowed:
+            problems.append(f"cluster.storage.lustre.throughput_per_tib={tput} is not a PERSISTENT_2 throughput; "
+                            f"allowed: {', '.join(map(str, allowed))} MB/s/TiB")
+        return problems
+    turbo = catalog.limit("tencentcloud", "cfs_turbo")
+    kind = tencent_turbo_type(tput)
+    if kind is None:
+        problems.append(f"cluster.storage.lustre.throughput_per_tib={tput} is not a CFS Turbo class; allowed: "
+                        + ", ".join(f"{r['throughput_per_tib']} ({k})" for k, r in turbo.items()))
+    else:
+        row = turbo[kind]
+        if not lustre_capacity_ok(cap, [], row["step_gib"], minimum=row["min_gib"]):
+            problems.append(f"cluster.storage.lustre.capacity_gib={cap} is not a CFS Turbo {kind} size; allowed: "
+                            f"{row['min_gib']} and up in steps of {row['step_gib']} GiB")
+    if lustre.import_path:
+        problems.append(f"cluster.storage.lustre.import_path={lustre.import_path!r}: data repository "
+                        f"associations exist on AWS only; allowed on tencentcloud: null")
+    turbo_regions = catalog.limit("tencentcloud", "cfs_turbo_regions")
+    if region and region not in turbo_regions:
+        problems.append(f"cluster.storage.lustre: CFS Turbo is not sold in tencentcloud:region={region!r}; "
+                        f"allowed regions: {', '.join(turbo_regions)}")
+    return problems
+
+
+def _nearest(cap: int, first: list[int], step: int) -> int:
+    candidates = first + [first[-1] + step * k for k in range(1, cap // step + 2)]
+    return min(candidates, key=lambda c: (abs(c - cap), c))
+
+
+def _describe(err: Any) -> str:
+    """One pydantic error as `cluster.<field>=<value>: <what is wrong; what is allowed>`."""
+    loc = ".".join(str(p) for p in err["loc"])
+    where = f"cluster.{loc}" if loc else "cluster"
+    kind = err["type"]
+    if kind == "missing":
+        return f"{where} is required: {_field_help(err['loc'])}"
+    if kind == "extra_forbidden":
+        allowed = _allowed_keys(err["loc"][:-1])
+        return f"{where}: unknown key {err['loc'][-1]!r}; allowed keys here: {', '.join(allowed)}"
+    msg = err["msg"].removeprefix("Value error, ")
+    return f"{where}={_short(err.get('input'))}: {msg}" + _expected(err["loc"], kind)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _model_at(loc: tuple) -> Optional[type[BaseModel]]:
+    model: Any = ClusterSpec
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(part) if isinstance(model, type) and issubclass(model, BaseModel) else None
+        if field is None:
+            return None
+        model = _unwrap(field.annotation)
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _unwrap(annotation: Any) -> Any:
+    for arg in getattr(annotation, "__args__", ()) or ():
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+    return annotation
+
+
+def _allowed_keys(loc: tuple) -> list[str]:
+    model = _model_at(loc)
+    return list(model.model_fields) if model else []
+
+
+def _field_help(loc: tuple) -> str:
+    model = _model_at(loc[:-1])
+    field = model.model_fields.get(loc[-1]) if model else None
+    return (field.description or "") if field else ""
+
+
+def _expected(loc: tuple, kind: str) -> str:
+    """For a type error, repeat the field's documentation so the message says what is allowed."""
+    if kind != "value_error":
+        help_text = _field_help(tuple(p for p in loc if not isinstance(p, int)))
+        return f" (allowed: {help_text})" if help_text else ""
+    return ""

@@ -1,0 +1,128 @@
+"""The one Mocks class (DESIGN §9): deterministic ids, realistic computed outputs, answers to lookups.
+
+Used by the offline renderer and by the tests alike. What a cloud computes (ARNs, DNS names, mount
+names) and the lookups its components make live in `offline/mocks_<cloud>.py`, each a table of
+small functions keyed by the provider's type token; this module merges them and records every
+registration the program makes, in order, for the plan file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import pulumi
+from pulumi.runtime import rpc
+from pulumi.runtime.mocks import MockCallArgs, MockMonitor, MockResourceArgs
+from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
+
+from offline import mocks_aws, mocks_tencentcloud
+
+# A computed-outputs function gets (logical name, engine inputs, id) and returns extra outputs.
+Computed = Callable[[str, dict, str], dict]
+# A lookup function gets the invoke's arguments and returns its result.
+Lookup = Callable[[dict], dict]
+
+COMPUTED: dict[str, Computed] = {**mocks_aws.COMPUTED, **mocks_tencentcloud.COMPUTED}
+LOOKUPS: dict[str, Lookup] = {**mocks_aws.LOOKUPS, **mocks_tencentcloud.LOOKUPS}
+ID_PREFIXES: dict[str, str] = {**mocks_aws.ID_PREFIXES, **mocks_tencentcloud.ID_PREFIXES}
+
+
+def mock_id(type_: str, name: str) -> str:
+    """A stable, realistic-looking id: the type's id prefix plus a hash of the logical name."""
+    digest = hashlib.sha256(f"{type_}::{name}".encode()).hexdigest()
+    prefix = ID_PREFIXES.get(type_)
+    if prefix is None:
+        return f"{name}-{digest[:8]}"
+    # AWS ids carry 17 hex digits (vpc-0a1b…); Tencent ids 8 lowercase alphanumerics (vpc-1a2b3c4d).
+    return f"{prefix}{digest[:17] if type_.startswith('aws:') else digest[:8]}"
+
+
+class GpuClusterMocks(pulumi.runtime.Mocks):
+    """Answers every registration and lookup the program makes, the same way every time."""
+
+    def new_resource(self, args: MockResourceArgs) -> tuple[Optional[str], dict]:
+        rid = args.resource_id or mock_id(args.typ, args.name)
+        outputs = dict(args.inputs)
+        computed = COMPUTED.get(args.typ)
+        if computed is not None:
+            outputs.update(computed(args.name, args.inputs, rid))
+        return rid, outputs
+
+    def call(self, args: MockCallArgs) -> dict:
+        lookup = LOOKUPS.get(args.token)
+        if lookup is None:
+            raise NotImplementedError(
+                f"offline mocks have no answer for the lookup {args.token}; add one to offline/mocks_*.py"
+            )
+        return lookup(args.args)
+
+
+@dataclass
+class Registration:
+    """One resource as the engine saw it: what the plan file needs of it."""
+
+    urn: str
+    type: str
+    name: str
+    custom: bool
+    parent: str
+    protect: bool
+    dependencies: list[str]
+    provider: str
+    inputs: dict
+    outputs: dict = field(default_factory=dict)
+    id: str = ""
+
+
+class RecordingMonitor(MockMonitor):
+    """A MockMonitor that keeps every registration in order, with its options."""
+
+    def __init__(self, mocks: pulumi.runtime.Mocks):
+        super().__init__(mocks)
+        self.registrations: list[Registration] = []
+        self.component_outputs: dict[str, dict] = {}
+
+    def make_urn(self, parent: str, type_: str, name: str) -> str:
+        """URNs as the engine makes them: the parent's full qualified type, but never the root stack's.
+
+        (The SDK's MockMonitor keeps only the parent's last type and prefixes the stack type too, so its
+        URNs would not match a `pulumi stack export` of the same program.)
+        """
+        if parent:
+            parent_type = parent.split("::")[2]
+            if parent_type != "pulumi:pulumi:Stack":
+                type_ = f"{parent_type}${type_}"
+        return "urn:pulumi:" + "::".join([pulumi.get_stack(), pulumi.get_project(), type_, name])
+
+    def RegisterResource(self, request):
+        response = super().RegisterResource(request)
+        if request.type == "pulumi:pulumi:Stack":
+            return response
+        reg = self.resources[response.urn]
+        _ensure_event_loop()
+        self.registrations.append(Registration(
+            urn=response.urn,
+            type=request.type,
+            name=request.name,
+            custom=bool(request.custom),
+            parent=request.parent,
+            protect=bool(request.protect),
+            dependencies=list(request.dependencies),
+            provider=request.provider,
+            inputs=rpc.deserialize_properties(request.object),
+            outputs=reg.state,
+            id=reg.id or "",
+        ))
+        return response
+
+    def RegisterResourceOutputs(self, request):
+        _ensure_event_loop()
+        self.component_outputs[request.urn] = rpc.deserialize_properties(request.outputs)
+        return super().RegisterResourceOutputs(request)
+
+
+def resolve(value: Any) -> Any:
+    """Await an Output (or a structure holding Outputs) under the mocks; unknowns become None."""
+    return _sync_await(pulumi.Output.from_input(value).future())

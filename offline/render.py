@@ -1,0 +1,183 @@
+"""Render a stack file to a plan: the real `__main__.py` under recording mocks (DESIGN §5).
+
+The plan is a Pulumi stack export (`{"version": 3, "deployment": {...}}`), so everything that reads
+plans — the policy runner, the pricer, the review — works on `pulumi stack export` files too.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import runpy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+import pulumi
+import yaml
+from pulumi.runtime import settings as pulumi_settings
+from pulumi.runtime.stack import run_pulumi_func
+from pulumi.runtime.sync_await import _sync_await
+
+from components.catalog import CLOUDS
+from components.spec import Cluster, SpecError, load_spec
+from offline.mocks import GpuClusterMocks, RecordingMonitor, Registration, resolve
+
+ROOT = Path(__file__).resolve().parent.parent
+PROJECT = "gpu-cluster"
+MAIN = ROOT / "__main__.py"
+STACKS_DIR = ROOT / "stacks"
+SAMPLE_STACKS = ("aws-entry", "aws-mid", "aws-large", "tencent-entry", "tencent-mid", "tencent-large")
+CLUSTER_KEY = f"{PROJECT}:cluster"
+
+# Provider plugin versions the default providers would carry (requirements.txt pins the ranges).
+_PROVIDER_VERSIONS = {"aws": "7.51.1", "tencentcloud": "0.2.3"}
+
+
+class StackFileError(ValueError):
+    """A stack file that cannot be read (missing, not YAML, no `config`)."""
+
+
+@dataclass(frozen=True)
+class StackFile:
+    stack: str
+    path: Path
+    config: dict[str, Any]
+
+    @property
+    def regions(self) -> dict[str, Optional[str]]:
+        return {c: self.config.get(f"{c}:region") for c in CLOUDS}
+
+
+def stack_path(stack: str) -> Path:
+    return STACKS_DIR / f"Pulumi.{stack}.yaml"
+
+
+def read_stack_file(path: Path, stack: Optional[str] = None) -> StackFile:
+    """Read `Pulumi.<stack>.yaml`; the stack name comes from the file name unless given."""
+    path = Path(path)
+    if not path.is_file():
+        raise StackFileError(f"stack file {path} does not exist")
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise StackFileError(f"stack file {path} is not valid YAML: {e}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("config"), dict):
+        raise StackFileError(f"stack file {path} has no `config:` mapping")
+    if CLUSTER_KEY not in doc["config"]:
+        raise StackFileError(f"stack file {path} has no `{CLUSTER_KEY}` value")
+    if stack is None:
+        name = path.name
+        stack = name[len("Pulumi."):-len(".yaml")] if name.startswith("Pulumi.") and name.endswith(".yaml") else path.stem
+    return StackFile(stack=stack, path=path, config=doc["config"])
+
+
+def validate(stack_file: StackFile) -> Cluster:
+    """The validated cluster of a stack file, or `SpecError` — before anything is registered."""
+    return load_spec(stack_file.config[CLUSTER_KEY], stack_file.regions)
+
+
+@dataclass
+class Rendered:
+    stack: str
+    cluster: Cluster
+    registrations: list[Registration]
+    outputs: dict[str, Any]
+    component_outputs: dict[str, dict[str, Any]]
+
+    def plan(self) -> dict[str, Any]:
+        """The stack-export document."""
+        return to_stack_export(self)
+
+
+def _config_strings(config: Mapping[str, Any]) -> dict[str, str]:
+    """Config as the engine hands it to a program: objects as JSON, scalars as strings."""
+    out = {}
+    for key, value in config.items():
+        if isinstance(value, (dict, list)):
+            out[key] = json.dumps(value)
+        elif isinstance(value, bool):
+            out[key] = "true" if value else "false"
+        else:
+            out[key] = str(value)
+    return out
+
+
+def render(stack_file: StackFile, program: Path = MAIN) -> Rendered:
+    """Run `program` under the recording mocks with the stack file's config."""
+    cluster = validate(stack_file)
+    mocks = GpuClusterMocks()
+    monitor = RecordingMonitor(mocks)
+    pulumi_settings.reset_options(project=PROJECT, stack=stack_file.stack, preview=False)
+    pulumi.runtime.set_all_config(_config_strings(stack_file.config), [])
+    pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack_file.stack, preview=False,
+                             monitor=monitor)
+    _sync_await(run_pulumi_func(lambda: runpy.run_path(str(program), run_name="__main__")))
+    root = pulumi_settings.get_root_resource()
+    outputs = {k: resolve(v) for k, v in getattr(root, "outputs", {}).items()}
+    return Rendered(stack=stack_file.stack, cluster=cluster, registrations=monitor.registrations,
+                    outputs=outputs, component_outputs=monitor.component_outputs)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, pulumi.Resource):
+        return f"<resource {type(value).__name__}>"
+    return str(value)
+
+
+def to_stack_export(rendered: Rendered) -> dict[str, Any]:
+    """The plan in `pulumi stack export` format (version 3), with default providers made explicit."""
+    stack, project = rendered.stack, PROJECT
+    stack_urn = f"urn:pulumi:{stack}::{project}::pulumi:pulumi:Stack::{project}-{stack}"
+    resources: list[dict[str, Any]] = [{
+        "urn": stack_urn, "custom": False, "type": "pulumi:pulumi:Stack",
+        "outputs": _jsonable(rendered.outputs),
+    }]
+    providers: dict[str, str] = {}
+    region = rendered.cluster.region
+    for reg in rendered.registrations:
+        package = reg.type.split(":", 1)[0]
+        provider_ref = reg.provider
+        if reg.custom and not provider_ref and package in _PROVIDER_VERSIONS:
+            if package not in providers:
+                version = _PROVIDER_VERSIONS[package]
+                urn = f"urn:pulumi:{stack}::{project}::pulumi:providers:{package}::default_{version.replace('.', '_')}"
+                pid = f"{package}-default-provider"
+                providers[package] = f"{urn}::{pid}"
+                resources.append({
+                    "urn": urn, "custom": True, "id": pid, "type": f"pulumi:providers:{package}",
+                    "inputs": {"region": region, "version": version},
+                    "outputs": {"region": region, "version": version},
+                })
+            provider_ref = providers[package]
+        entry: dict[str, Any] = {
+            "urn": reg.urn,
+            "custom": reg.custom,
+            "type": reg.type,
+            "inputs": _jsonable(reg.inputs),
+            "outputs": _jsonable(reg.outputs if reg.custom else rendered.component_outputs.get(reg.urn, {})),
+            "parent": reg.parent or stack_urn,
+            "protect": reg.protect,
+            "dependencies": reg.dependencies,
+        }
+        if reg.custom:
+            entry["id"] = reg.id
+            entry["provider"] = provider_ref
+        resources.append(entry)
+    return {
+        "version": 3,
+        "deployment": {
+            "manifest": {
+                "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                "magic": "gpu-cluster-offline",
+                "version": f"pulumi {pulumi.__version__ if hasattr(pulumi, '__version__') else '3'} (mocks)",
+            },
+            "resources": resources,
+        },
+    }

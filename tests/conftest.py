@@ -1,0 +1,71 @@
+"""Test harness: render the real program under the project's one Mocks class (offline/mocks.py).
+
+`render_cluster(overrides)` renders a sample stack with changes applied to its `gpu-cluster:cluster`
+value and returns the plan as a `Plan`; components are built inside each test, by the real
+`__main__.py`, exactly as `pulumi up` would build them.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from offline.plan import Plan  # noqa: E402
+from offline.render import StackFile, read_stack_file, render, stack_path  # noqa: E402
+
+
+def merge(base: dict, changes: dict) -> dict:
+    """Deep-merge `changes` into a copy of `base`; a value of None replaces (sets null)."""
+    out = copy.deepcopy(base)
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def stack_with(stack: str, changes: Optional[dict] = None, config: Optional[dict] = None) -> StackFile:
+    """Sample stack `stack` with `changes` merged into its cluster value (and `config` into its config)."""
+    base = read_stack_file(stack_path(stack))
+    cfg = copy.deepcopy(base.config)
+    cfg["gpu-cluster:cluster"] = merge(cfg["gpu-cluster:cluster"], changes or {})
+    cfg.update(config or {})
+    return StackFile(stack=base.stack, path=base.path, config=cfg)
+
+
+def render_plan(stack: str, changes: Optional[dict] = None, config: Optional[dict] = None) -> Plan:
+    return Plan.from_doc(render(stack_with(stack, changes, config)).plan())
+
+
+@pytest.fixture
+def render_cluster() -> Callable[..., Plan]:
+    """render_cluster("aws-large", {"nodes": 4}) → the Plan of that variant."""
+    return render_plan
+
+
+_CACHE: dict[str, Plan] = {}
+
+
+@pytest.fixture
+def sample_plan() -> Callable[[str], Plan]:
+    """The Plan of an unmodified sample stack, rendered once per test session."""
+
+    def get(stack: str) -> Plan:
+        if stack not in _CACHE:
+            _CACHE[stack] = render_plan(stack)
+        return _CACHE[stack]
+
+    return get
+
+
+def inputs_of(plan: Plan, type_: str) -> list[dict[str, Any]]:
+    return [r.inputs for r in plan.of_type(type_)]
