@@ -107,3 +107,9 @@ def limits(cloud: Cloud) -> dict[str, Limit]:
 
 def limit(cloud: Cloud, name: str) -> Any:
     return limits(cloud)[name].value
+
+
+@lru_cache(maxsize=None)
+def prices(cloud: Cloud) -> dict[str, Any]:
+    """Storage, network and spot prices of `cloud` (prices.yaml), each entry with its source."""
+    return _read("prices.yaml")[cloud]

@@ -1,0 +1,79 @@
+"""Catalog integrity and tier resolution: pure data and pure functions, no Pulumi."""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+
+from components import catalog, tiers
+from components.catalog import CLOUDS
+
+KNOWN_SOURCES = {"skypilot", "karpenter", "torchx", "ec2-efa", "ec2-accel", "tc-gpu", "tke-guide", "tc-hcc"}
+
+
+def all_shapes():
+    return [s for cloud in CLOUDS for s in catalog.shapes(cloud).values()]
+
+
+@pytest.mark.parametrize("shape", all_shapes(), ids=lambda s: s.type)
+def test_every_row_names_its_sources_and_date(shape):
+    assert shape.source and set(shape.source) <= KNOWN_SOURCES, shape.source
+    assert isinstance(shape.as_of, datetime.date)
+    fields = set(shape.__dataclass_fields__)
+    assert set(shape.unconfirmed) <= fields, f"unconfirmed names unknown fields: {shape.unconfirmed}"
+
+
+@pytest.mark.parametrize("shape", all_shapes(), ids=lambda s: s.type)
+def test_rows_are_physically_consistent(shape):
+    assert shape.gpu_count >= 1 and shape.vcpu >= 4 and shape.mem_gib >= 16
+    assert (shape.nvme_count == 0) == (shape.nvme_gb == 0)
+    assert shape.price_hourly is None or shape.price_hourly > 0
+    if shape.price_hourly is not None:
+        assert shape.price_region, "a price needs the region it was quoted for"
+
+
+def test_every_limit_and_price_names_its_source():
+    for cloud in CLOUDS:
+        for name, limit in catalog.limits(cloud).items():
+            assert limit.source and isinstance(limit.as_of, datetime.date), name
+        for name, entry in catalog.prices(cloud).items():
+            if isinstance(entry, dict) and "price" in entry:
+                assert entry["source"] and entry["as_of"], name
+
+
+def test_efa_counts_match_the_documented_layouts():
+    aws = catalog.shapes("aws")
+    assert {t: aws[t].rdma_interfaces for t in ("p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge", "p4d.24xlarge",
+                                                "g4dn.xlarge")} == {
+        "p5.48xlarge": 32, "p5e.48xlarge": 32, "p5en.48xlarge": 16, "p4d.24xlarge": 4, "g4dn.xlarge": 0}
+
+
+@pytest.mark.parametrize("cloud", CLOUDS)
+@pytest.mark.parametrize("tier", tiers.TIERS)
+def test_every_tier_resolves_on_every_cloud(cloud, tier):
+    res = tiers.resolve(cloud, tier)
+    assert res.shape.type == tiers.RULES[tier].default_shape[cloud]
+    assert res.shape.type in tiers.allowed_types(cloud, tier)
+
+
+def test_tier_membership():
+    assert set(tiers.allowed_types("aws", "entry")) == {
+        "g4dn.xlarge", "g4dn.2xlarge", "g4dn.4xlarge", "g4dn.8xlarge", "g4dn.16xlarge",
+        "g5.xlarge", "g5.2xlarge", "g5.4xlarge", "g5.8xlarge", "g5.16xlarge"}
+    assert set(tiers.allowed_types("aws", "mid")) == {"p4d.24xlarge", "p4de.24xlarge"}
+    assert set(tiers.allowed_types("aws", "large")) == {"p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge"}
+    assert set(tiers.allowed_types("tencentcloud", "mid")) == {"GT4.20XLARGE474"}
+    assert set(tiers.allowed_types("tencentcloud", "large")) == {"HCCPNV6.96XLARGE2304"}
+    assert "PNV4.7XLARGE116" in tiers.allowed_types("tencentcloud", "entry")
+
+
+def test_only_aws_mid_carries_the_no_4xa100_note():
+    notes = {(c, t): tiers.resolve(c, t).notes for c in CLOUDS for t in tiers.TIERS}
+    with_note = {k for k, v in notes.items() if any("no 4×A100" in n for n in v)}
+    assert with_note == {("aws", "mid")}
+
+
+def test_shape_outside_tier_names_the_allowed_types():
+    with pytest.raises(tiers.TierError, match=r"does not fit tier mid .* allows: p4d.24xlarge, p4de.24xlarge"):
+        tiers.resolve("aws", "mid", "g5.12xlarge")
