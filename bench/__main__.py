@@ -1,0 +1,110 @@
+"""`make bench`: render cost of the large tier at 1, 8, 64 and 256 nodes against the SDK's floor.
+
+Each measurement is a fresh process (bench/child.py), repeated --runs times; the table gives medians.
+`render` is the time from handing the stack to the program until every registration is done (imports
+excluded, the same for both sides); `process` is the whole process, imports included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+STACKS = ("aws-large", "tencent-large")
+
+
+def run_child(mode: str, stack: str, nodes: int, plan: Path) -> dict:
+    out = subprocess.run([sys.executable, "-m", "bench.child", mode, stack, str(nodes), str(plan)], cwd=ROOT,
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def measure(stack: str, nodes: int, runs: int, tmp: Path) -> dict:
+    plan = tmp / f"{stack}-{nodes}.json"
+    rows: dict[str, list[dict]] = {"ours": [], "baseline": []}
+    for _ in range(runs):  # interleave so drift hits both sides alike
+        rows["ours"].append(run_child("ours", stack, nodes, plan))
+        rows["baseline"].append(run_child("baseline", stack, nodes, plan))
+    med = {m: {k: statistics.median(r[k] for r in rs) for k in ("render_s", "total_s", "peak_rss_mib")}
+           for m, rs in rows.items()}
+    return {"stack": stack, "nodes": nodes, "resources": rows["ours"][0]["resources"],
+            "baseline_resources": rows["baseline"][0]["resources"], **{m: v for m, v in med.items()}}
+
+
+def machine() -> str:
+    mem = ""
+    try:
+        kb = int(next(line for line in open("/proc/meminfo") if line.startswith("MemTotal")).split()[1])
+        mem = f", {kb / 1024 / 1024:.0f} GiB"
+    except (OSError, StopIteration):
+        pass
+    return f"{os.cpu_count()} cores{mem}, {platform.machine()}, Python {platform.python_version()}"
+
+
+def table(results: list[dict]) -> str:
+    lines = ["| stack | nodes | resources | ours render s | SDK floor s | ratio | ours process s | floor process s | "
+             "ours peak RSS MiB | floor peak RSS MiB |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        o, b = r["ours"], r["baseline"]
+        lines.append(f"| {r['stack']} | {r['nodes']} | {r['resources']} | {o['render_s']:.2f} | {b['render_s']:.2f} | "
+                     f"{o['render_s'] / b['render_s']:.2f} | {o['total_s']:.2f} | {b['total_s']:.2f} | "
+                     f"{o['peak_rss_mib']:.0f} | {b['peak_rss_mib']:.0f} |")
+    return "\n".join(lines)
+
+
+def growth(results: list[dict]) -> str:
+    out = []
+    for stack in STACKS:
+        by = {r["nodes"]: r for r in results if r["stack"] == stack}
+        if 64 in by and 256 in by:
+            g = by[256]["ours"]["render_s"] / by[64]["ours"]["render_s"]
+            gb = by[256]["baseline"]["render_s"] / by[64]["baseline"]["render_s"]
+            res = by[256]["resources"] / by[64]["resources"]
+            out.append(f"- {stack}: time(256)/time(64) = {g:.2f} (SDK floor {gb:.2f}; resources ×{res:.2f})")
+    return "\n".join(out)
+
+
+def time_make_plan() -> float:
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([sys.executable, "-m", "offline", "plan", "--out", tmp], cwd=ROOT, capture_output=True,
+                       check=False)
+    return time.perf_counter() - t0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1,8,64,256")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--stacks", default=",".join(STACKS))
+    parser.add_argument("--json", help="also write the raw results here")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    results = []
+    with tempfile.TemporaryDirectory(prefix="gpu-cluster-bench-") as tmp:
+        for stack in args.stacks.split(","):
+            for n in sizes:
+                results.append(measure(stack, n, args.runs, Path(tmp)))
+                print(f"  measured {stack} × {n} nodes", file=sys.stderr, flush=True)
+    plan_s = time_make_plan()
+    print(f"machine: {machine()}; {args.runs} runs per cell, medians\n")
+    print(table(results))
+    print("\ngrowth (ours):\n" + growth(results))
+    print(f"\nmake plan, six sample stacks, one process: {plan_s:.1f} s")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"machine": machine(), "results": results, "make_plan_s": plan_s},
+                                              indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,292 @@
+"""Pull-request review without cloud credentials: what changes, what it costs, what it breaks.
+
+`make review BASE=<ref>` renders every sample stack (and every stack file changed since BASE) with
+the code of BASE (a git worktree) and of the work tree, then compares the two plans: resources
+added / changed / replaced / deleted, monthly cost before → after, and new and fixed policy
+violations — both sides priced and checked by the work tree's pricer and policy pack, so the
+comparison measures the change, not the tooling. Replacement is decided from the providers'
+force-new properties; a protected stateful resource that would be replaced or deleted gets a loud
+warning.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from offline.plan import Plan, PlanFormatError, Resource
+from offline.pricing import MonthlyCost, price_plan
+from offline.render import ROOT, SAMPLE_STACKS
+
+# Properties whose change makes the provider replace the resource (engine camelCase names), for
+# the stateful types at least. Sources: terraform-provider-aws internal/service/fsx/
+# lustre_file_system.go, ec2/ebs_volume.go, s3/bucket.go schemas (ForceNew), shared/facts/aws.md;
+# terraform-provider-tencentcloud v1.82.42 website/docs/r/{cfs_file_system,cbs_storage,cos_bucket,
+# instance}.html.markdown ("ForceNew"); read 2026-11-30.
+FORCE_NEW: dict[str, frozenset[str]] = {
+    "aws:fsx/lustreFileSystem:LustreFileSystem": frozenset({
+        "deploymentType", "subnetIds", "securityGroupIds", "kmsKeyId", "storageType",
+        "perUnitStorageThroughput", "importPath", "exportPath", "fileSystemTypeVersion", "driveCacheType",
+        "efaEnabled"}),
+    "aws:ebs/volume:Volume": frozenset({"availabilityZone", "encrypted", "kmsKeyId", "snapshotId", "outpostArn"}),
+    "aws:s3/bucket:Bucket": frozenset({"bucket", "bucketPrefix", "objectLockEnabled"}),
+    "aws:ec2/instance:Instance": frozenset({
+        "ami", "availabilityZone", "subnetId", "placementGroup", "keyName", "tenancy", "privateIp",
+        "networkInterfaces", "launchTemplate"}),
+    "aws:ec2/placementGroup:PlacementGroup": frozenset({"name", "strategy", "partitionCount", "spreadLevel"}),
+    "aws:ec2/subnet:Subnet": frozenset({"vpcId", "cidrBlock", "availabilityZone", "availabilityZoneId"}),
+    "aws:ec2/vpc:Vpc": frozenset({"cidrBlock", "instanceTenancy"}),
+    "tencentcloud:Cfs/fileSystem:FileSystem": frozenset({
+        "availabilityZone", "protocol", "storageType", "netInterface", "ccnId", "cidrBlock", "vpcId",
+        "subnetId"}),
+    "tencentcloud:Cbs/storage:Storage": frozenset({
+        "availabilityZone", "storageType", "encrypt", "encryptType", "kmsKeyId", "dedicatedClusterId"}),
+    "tencentcloud:Cos/bucket:Bucket": frozenset({"bucket", "multiAz"}),
+    "tencentcloud:Instance/instance:Instance": frozenset({"availabilityZone", "hpcClusterId"}),
+    "tencentcloud:Cvm/hpcCluster:HpcCluster": frozenset({"zone"}),
+}
+
+# Shrinking these replaces the resource (FSx cannot shrink; facts/aws.md).
+NO_SHRINK: dict[str, frozenset[str]] = {
+    "aws:fsx/lustreFileSystem:LustreFileSystem": frozenset({"storageCapacity"}),
+    "tencentcloud:Cfs/fileSystem:FileSystem": frozenset({"capacity"}),
+    "aws:ebs/volume:Volume": frozenset({"size"}),
+    "tencentcloud:Cbs/storage:Storage": frozenset({"storageSize"}),
+}
+
+STATEFUL = frozenset({
+    "aws:fsx/lustreFileSystem:LustreFileSystem", "aws:ebs/volume:Volume", "aws:s3/bucket:Bucket",
+    "tencentcloud:Cfs/fileSystem:FileSystem", "tencentcloud:Cbs/storage:Storage", "tencentcloud:Cos/bucket:Bucket",
+})
+
+
+@dataclass(frozen=True)
+class Change:
+    action: str  # add | change | replace | delete
+    urn: str
+    type: str
+    keys: tuple[str, ...] = ()
+    protected: bool = False
+    why: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.urn.rsplit("::", 1)[-1]
+
+    @property
+    def dangerous(self) -> bool:
+        return self.action in ("replace", "delete") and self.type in STATEFUL
+
+
+@dataclass
+class StackReview:
+    stack: str
+    base: Optional[Plan]
+    head: Optional[Plan]
+    changes: list[Change] = field(default_factory=list)
+    cost_before: Optional[MonthlyCost] = None
+    cost_after: Optional[MonthlyCost] = None
+    new_violations: list[dict] = field(default_factory=list)
+    fixed_violations: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def count(self, action: str) -> int:
+        return sum(1 for c in self.changes if c.action == action)
+
+
+def _managed(plan: Optional[Plan]) -> dict[str, Resource]:
+    return {r.urn: r for r in (plan.custom() if plan else [])}
+
+
+def _num(v: Any) -> Optional[float]:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def diff_resource(before: Resource, after: Resource) -> Optional[Change]:
+    keys = sorted(k for k in set(before.inputs) | set(after.inputs) if before.inputs.get(k) != after.inputs.get(k))
+    if not keys:
+        return None
+    forced = [k for k in keys if k in FORCE_NEW.get(after.type, ())]
+    shrunk = [k for k in keys if k in NO_SHRINK.get(after.type, ())
+              and (_num(after.inputs.get(k)) or 0) < (_num(before.inputs.get(k)) or 0)]
+    if forced or shrunk:
+        why = ", ".join([f"{k}: {before.inputs.get(k)!r} → {after.inputs.get(k)!r}" for k in forced]
+                        + [f"{k} shrinks {before.inputs.get(k)} → {after.inputs.get(k)}" for k in shrunk])
+        return Change("replace", after.urn, after.type, tuple(keys), before.protect, why)
+    return Change("change", after.urn, after.type, tuple(keys), before.protect)
+
+
+def diff_plans(base: Optional[Plan], head: Optional[Plan]) -> list[Change]:
+    before, after = _managed(base), _managed(head)
+    changes: list[Change] = []
+    for urn, r in after.items():
+        if urn not in before:
+            changes.append(Change("add", urn, r.type))
+        else:
+            change = diff_resource(before[urn], r)
+            if change:
+                changes.append(change)
+    changes += [Change("delete", urn, r.type, protected=r.protect) for urn, r in before.items() if urn not in after]
+    order = {"replace": 0, "delete": 1, "add": 2, "change": 3}
+    return sorted(changes, key=lambda c: (order[c.action], c.urn))
+
+
+def _violation_key(v: dict) -> tuple[str, str]:
+    return v["policy"], v.get("urn") or ""
+
+
+def review_stack(stack: str, base: Optional[Plan], head: Optional[Plan]) -> StackReview:
+    """Compare two plans of one stack with the work tree's pricer and policy pack."""
+    from offline.policyrun import run_policies
+
+    review = StackReview(stack=stack, base=base, head=head, changes=diff_plans(base, head))
+    review.cost_before = price_plan(base) if base else None
+    review.cost_after = price_plan(head) if head else None
+    before = {_violation_key(v.as_dict()): v.as_dict() for v in (run_policies(base) if base else [])}
+    after = {_violation_key(v.as_dict()): v.as_dict() for v in (run_policies(head) if head else [])}
+    review.new_violations = [v for k, v in after.items() if k not in before]
+    review.fixed_violations = [v for k, v in before.items() if k not in after]
+    return review
+
+
+def _money(value: float, currency: str) -> str:
+    return f"{value:,.2f} {currency}"
+
+
+def _cost_line(review: StackReview) -> str:
+    b, a = review.cost_before, review.cost_after
+    if a is None and b is None:
+        return "no priced resources"
+    cur = (a or b).currency
+    before = b.total if b else 0.0
+    after = a.total if a else 0.0
+    delta = after - before
+    line = f"{_money(before, cur)} → {_money(after, cur)} ({'+' if delta >= 0 else '−'}{_money(abs(delta), cur)})"
+    unpriced = len(a.unpriced) if a else 0
+    if unpriced:
+        line += f"; {unpriced} item(s) unpriced (no public price), not included"
+    if (a and a.estimate) or (b and b.estimate):
+        line += "; includes estimates"
+    return line
+
+
+def render_markdown(reviews: list[StackReview], base_ref: str) -> str:
+    out = [f"## gpu-cluster review against `{base_ref}`", ""]
+    dangerous = [(r.stack, c) for r in reviews for c in r.changes if c.dangerous]
+    if dangerous:
+        out += ["> [!CAUTION]", "> **Stateful resources would be replaced or deleted — data loss.**"]
+        for stack, c in dangerous:
+            guard = " It is `protect`ed, so `pulumi up` will refuse until it is unprotected." if c.protected else ""
+            out.append(f"> - `{stack}`: **{c.action}** `{c.type}` `{c.name}`"
+                       f"{' (' + c.why + ')' if c.why else ''}.{guard}")
+        out.append("")
+    out += ["| stack | added | changed | replaced | deleted | monthly cost | new violations | fixed |",
+            "|---|---|---|---|---|---|---|---|"]
+    for r in reviews:
+        out.append(f"| {r.stack} | {r.count('add')} | {r.count('change')} | {r.count('replace')} | "
+                   f"{r.count('delete')} | {_cost_line(r)} | {len(r.new_violations)} | {len(r.fixed_violations)} |")
+    for r in reviews:
+        if not (r.changes or r.new_violations or r.fixed_violations or r.notes):
+            continue
+        out += ["", f"### {r.stack}", ""]
+        out += [f"- note: {n}" for n in r.notes]
+        out.append(f"- monthly cost: {_cost_line(r)}")
+        if r.changes:
+            out += ["", "| action | type | name | what |", "|---|---|---|---|"]
+            for c in r.changes:
+                what = c.why or ", ".join(c.keys)
+                mark = " ⚠️" if c.dangerous else ""
+                out.append(f"| {c.action}{mark} | `{c.type}` | `{c.name}` | {what} |")
+        for title, vs in (("New policy violations", r.new_violations), ("Fixed policy violations", r.fixed_violations)):
+            if vs:
+                out += ["", f"**{title}**", ""]
+                out += [f"- `{v['policy']}` ({v['enforcement']}): {v['message']}" for v in vs]
+    return "\n".join(out) + "\n"
+
+
+# ---- the command: worktree of BASE, renders on both sides --------------------------------------
+
+class ReviewError(RuntimeError):
+    pass
+
+
+def _git(*args: str, cwd: Path = ROOT) -> str:
+    result = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise ReviewError(f"git {' '.join(args)}: {result.stderr.strip()}")
+    return result.stdout
+
+
+def changed_stacks(base: str) -> list[str]:
+    """Stack files added or changed between BASE and the work tree (tracked or not)."""
+    names = _git("diff", "--name-only", base, "--", "stacks/").split()
+    names += _git("ls-files", "--others", "--exclude-standard", "--", "stacks/").split()
+    return sorted({Path(n).name[len("Pulumi."):-len(".yaml")} for n in names
+                  if Path(n).name.startswith("Pulumi.") and n.endswith(".yaml"))
+
+
+def render_side(tree: Path, stacks: list[str], out: Path) -> tuple[dict[str, Plan], list[str]]:
+    """Render `stacks` with the code and stack files of `tree`; plans by stack, and notes."""
+    notes: list[str] = []
+    files = [tree / "stacks" / f"Pulumi.{s}.yaml" for s in stacks]
+    present = [f for f in files if f.is_file()]
+    if not (tree / "offline" / "__main__.py").is_file():
+        return {}, [f"{tree.name}: no offline renderer at this revision; every resource counts as added"]
+    if present:
+        args = [sys.executable, "-m", "offline", "plan", "--out", str(out)]
+        for f in present:
+            args += ["--stack-file", str(f)]
+        result = subprocess.run(args, cwd=tree, capture_output=True, text=True)
+        if result.returncode == 2:
+            notes += [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    plans = {}
+    for s in stacks:
+        path = out / f"{s}.json"
+        if path.is_file():
+            try:
+                plans[s] = Plan.load(path)
+            except PlanFormatError as e:
+                notes.append(str(e))
+    return plans, notes
+
+
+def review_command(base: str, out: Path) -> int:
+    try:
+        _git("rev-parse", "--verify", f"{base}^{{commit}}")
+    except ReviewError:
+        print(f"error: BASE={base!r} is not a commit in this repository", file=sys.stderr)
+        return 2
+    stacks = sorted(set(SAMPLE_STACKS) | set(changed_stacks(base)), key=lambda s: (s not in SAMPLE_STACKS, s))
+    with tempfile.TemporaryDirectory(prefix="gpu-cluster-review-") as tmp:
+        tree = Path(tmp) / "base"
+        _git("worktree", "add", "--detach", "--quiet", str(tree), base)
+        try:
+            base_plans, base_notes = render_side(tree, stacks, Path(tmp) / "base-plans")
+        finally:
+            _git("worktree", "remove", "--force", str(tree))
+        head_plans, head_notes = render_side(ROOT, stacks, Path(tmp) / "head-plans")
+    reviews = []
+    for s in stacks:
+        review = review_stack(s, base_plans.get(s), head_plans.get(s))
+        review.notes = [f"base: {n}" for n in base_notes if s in n] + [f"head: {n}" for n in head_notes if s in n]
+        if s not in base_plans:
+            review.notes.append(f"no plan at {base}: new stack, or it did not render there")
+        if s not in head_plans:
+            review.notes.append("no plan in the work tree: stack file removed, or it does not render")
+        reviews.append(review)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render_markdown(reviews, base), encoding="utf-8")
+    print(f"review of {len(stacks)} stack(s) against {base} written to {out}")
+    for r in reviews:
+        print(f"  {r.stack}: +{r.count('add')} ~{r.count('change')} ±{r.count('replace')} -{r.count('delete')}; "
+              f"{_cost_line(r)}")
+    if any(c.dangerous for r in reviews for c in r.changes):
+        print("WARNING: stateful resources would be replaced or deleted; see the review", file=sys.stderr)
+    return 0

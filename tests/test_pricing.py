@@ -1,0 +1,98 @@
+"""The pricer: catalog prices × quantities, unpriced items listed (never zero), spot and region flagged."""
+
+from __future__ import annotations
+
+import pytest
+
+from offline.plan import Plan
+from offline.pricing import HOURS_PER_MONTH, price_plan
+
+P5, P4D, G4DN = 55.04, 21.957642, 0.526
+GP3, FSX125, NAT = 0.08, 0.145, 0.045
+
+
+def export(*resources: dict, region: str = "us-east-1", cloud: str = "aws") -> Plan:
+    provider = {"urn": f"urn:pulumi:s::p::pulumi:providers:{cloud}::default", "type": f"pulumi:providers:{cloud}",
+                "custom": True, "inputs": {"region": region}}
+    return Plan.from_doc({"version": 3, "deployment": {"resources": [provider, *resources]}})
+
+
+def res(type_: str, name: str, rid: str = "", **inputs) -> dict:
+    return {"urn": f"urn:pulumi:s::p::{type_}::{name}", "type": type_, "custom": True, "id": rid or name,
+            "inputs": inputs, "outputs": {}}
+
+
+LT = res("aws:ec2/launchTemplate:LaunchTemplate", "lt", "lt-1", instanceType="p5.48xlarge",
+         blockDeviceMappings=[{"deviceName": "/dev/sda1", "ebs": {"volumeSize": 500, "volumeType": "gp3"}}])
+
+
+def node(i: int, market: str | None = None, lt: str = "lt-1") -> dict:
+    extra = {"instanceMarketOptions": {"marketType": market}} if market else {}
+    return res("aws:ec2/instance:Instance", f"node-{i}", launchTemplate={"id": lt, "version": "$Latest"}, **extra)
+
+
+def test_aws_large_by_hand():
+    plan = export(LT, node(0), node(1),
+                  res("aws:ebs/volume:Volume", "data-0", size=1000, type="gp3"),
+                  res("aws:ebs/volume:Volume", "data-1", size=1000, type="gp3"),
+                  res("aws:fsx/lustreFileSystem:LustreFileSystem", "lustre", storageCapacity=4800,
+                      perUnitStorageThroughput=125),
+                  res("aws:ec2/natGateway:NatGateway", "nat"),
+                  res("aws:s3/bucket:Bucket", "checkpoints"))
+    cost = price_plan(plan)
+    expected = 2 * P5 * 730 + 2 * 500 * GP3 + 2 * 1000 * GP3 + 4800 * FSX125 + 730 * NAT
+    assert cost.currency == "USD"
+    assert cost.total == pytest.approx(expected, abs=0.02)
+    assert cost.unpriced == []
+    assert [i.item for i in cost.usage_based] == ["S3 bucket checkpoints"]
+    assert all(i.source for i in cost.items)
+    assert cost.estimate, "the FSx 125 price comes from a third-party page, so the total is an estimate"
+
+
+def test_unknown_prices_are_unpriced_not_zero():
+    plan = export(res("aws:fsx/lustreFileSystem:LustreFileSystem", "lustre", storageCapacity=4800,
+                      perUnitStorageThroughput=500))
+    cost = price_plan(plan)
+    assert cost.total == 0 and len(cost.unpriced) == 1
+    assert cost.unpriced[0].monthly is None and cost.unpriced[0].unit_price is None
+    assert cost.as_dict()["unpriced"][0]["item"].startswith("FSx for Lustre 4800 GiB at 500")
+
+
+def test_tencent_shapes_without_public_price_are_unpriced():
+    plan = export(res("tencentcloud:Instance/instance:Instance", "node-0", instanceType="GT4.20XLARGE474",
+                      instanceChargeType="POSTPAID_BY_HOUR", systemDiskSize=200),
+                  cloud="tencentcloud", region="ap-shanghai")
+    cost = price_plan(plan)
+    assert cost.currency == "CNY" and cost.total == 0
+    assert [i.item for i in cost.unpriced] == ["GPU nodes 1 × GT4.20XLARGE474", "CBS system disk 200 GB"]
+    assert cost.unpriced[0].note == "no public on-demand price"
+
+
+def test_spot_uses_the_catalog_discount_where_known():
+    lt = res("aws:ec2/launchTemplate:LaunchTemplate", "lt", "lt-1", instanceType="g4dn.xlarge")
+    cost = price_plan(export(lt, node(0, "spot")))
+    (item,) = cost.items
+    assert item.unit_price == pytest.approx(G4DN * (1 - 0.62)) and item.estimate
+
+
+def test_spot_without_a_discount_is_priced_at_on_demand_and_flagged():
+    cost = price_plan(export(LT, node(0, "spot")))
+    node_item = cost.items[0]
+    assert node_item.monthly == pytest.approx(P5 * HOURS_PER_MONTH) and node_item.estimate
+    assert "upper bound" in node_item.note
+
+
+def test_other_regions_are_flagged_as_estimates():
+    lt = res("aws:ec2/launchTemplate:LaunchTemplate", "lt", "lt-1", instanceType="g4dn.xlarge")
+    cost = price_plan(export(lt, node(0), region="us-west-2"))
+    assert cost.items[0].estimate and "us-east-1 rates" in cost.items[0].note
+
+
+def test_auto_scaling_groups_split_on_demand_base_and_spot():
+    lt = res("aws:ec2/launchTemplate:LaunchTemplate", "lt", "lt-1", instanceType="p4d.24xlarge")
+    asg = res("aws:autoscaling/group:Group", "nodes", desiredCapacity=4, launchTemplate={"id": "lt-1"},
+              mixedInstancesPolicy={"instancesDistribution": {"onDemandBaseCapacity": 1,
+                                                              "onDemandPercentageAboveBaseCapacity": 0}})
+    cost = price_plan(export(lt, asg))
+    assert [i.item for i in cost.items] == ["GPU nodes 1 × p4d.24xlarge", "GPU nodes 3 × p4d.24xlarge spot"]
+    assert cost.items[0].monthly == pytest.approx(P4D * 730, abs=0.01)
