@@ -1,12 +1,113 @@
-"""What Tencent Cloud computes and answers, for the offline mocks (see offline/mocks.py)."""
+"""What Tencent Cloud computes and answers, for the offline mocks (see offline/mocks.py).
+
+Ids follow Tencent's formats: a resource prefix and 8 lowercase alphanumerics (vpc-1a2b3c4d).
+"""
 
 from __future__ import annotations
 
+import hashlib
+
+_APP_ID = "1250000000"
+_UIN = "100000000001"
+
+
+def _digits(seed: str, n: int) -> str:
+    return str(int(hashlib.sha256(seed.encode()).hexdigest(), 16))[:n]
+
+
 # Provider type token → id prefix of the resource's physical id.
-ID_PREFIXES: dict[str, str] = {}
+ID_PREFIXES: dict[str, str] = {
+    "tencentcloud:Vpc/instance:Instance": "vpc-",
+    "tencentcloud:Subnet/instance:Instance": "subnet-",
+    "tencentcloud:Security/group:Group": "sg-",
+    "tencentcloud:Security/groupRuleSet:GroupRuleSet": "sg-",
+    "tencentcloud:Eip/instance:Instance": "eip-",
+    "tencentcloud:Nat/gateway:Gateway": "nat-",
+    "tencentcloud:Route/table:Table": "rtb-",
+    "tencentcloud:Route/tableEntry:TableEntry": "rtb-",
+    "tencentcloud:Cls/logset:Logset": "logset-",
+    "tencentcloud:Cls/topic:Topic": "topic-",
+    "tencentcloud:Vpc/flowLog:FlowLog": "fl-",
+    "tencentcloud:Cvm/hpcCluster:HpcCluster": "hpc-",
+    "tencentcloud:Instance/instance:Instance": "ins-",
+    "tencentcloud:Cbs/storage:Storage": "disk-",
+    "tencentcloud:Cbs/storageAttachment:StorageAttachment": "disk-",
+    "tencentcloud:Cbs/snapshotPolicy:SnapshotPolicy": "asp-",
+    "tencentcloud:Cbs/snapshotPolicyAttachment:SnapshotPolicyAttachment": "asp-",
+    "tencentcloud:Ccn/instance:Instance": "ccn-",
+    "tencentcloud:Ccn/attachmentV2:AttachmentV2": "ccn-",
+    "tencentcloud:Cfs/accessGroup:AccessGroup": "pgroup-",
+    "tencentcloud:Cfs/accessRule:AccessRule": "rule-",
+    "tencentcloud:Cfs/fileSystem:FileSystem": "cfs-",
+    "tencentcloud:Cfs/autoSnapshotPolicy:AutoSnapshotPolicy": "asp-",
+    "tencentcloud:Cfs/autoSnapshotPolicyAttachment:AutoSnapshotPolicyAttachment": "asp-",
+    "tencentcloud:Monitor/alarmNotice:AlarmNotice": "notice-",
+    "tencentcloud:Monitor/alarmPolicy:AlarmPolicy": "policy-",
+    "tencentcloud:Monitor/policyBindingObject:PolicyBindingObject": "policy-",
+}
+
+
+def _instance(name: str, inputs: dict, rid: str) -> dict:
+    return {"privateIp": f"10.0.{int(_digits(name, 3)) % 250}.{int(_digits(rid, 3)) % 250 + 2}",
+            "instanceStatus": "RUNNING", "cpu": 0, "memory": 0, "createTime": "2026-11-30T00:00:00Z"}
+
+
+def _file_system(name: str, inputs: dict, rid: str) -> dict:
+    # Turbo's mount IP sits in its CCN range (cidrBlock); the fs id is the mount root directory.
+    cidr = inputs.get("cidrBlock") or "10.0.0.0/24"
+    base = cidr.split("/")[0].rsplit(".", 1)[0]
+    return {"mountIp": f"{base}.{int(_digits(rid, 2)) % 200 + 10}", "fsId": _digits(rid, 8),
+            "createTime": "2026-11-30T00:00:00Z"}
+
+
+def _bucket(name: str, inputs: dict, rid: str) -> dict:
+    bucket = inputs.get("bucket", name)
+    return {"cosBucketUrl": f"{bucket}.cos.ap-shanghai.myqcloud.com"}
+
+
+def _vpc(name: str, inputs: dict, rid: str) -> dict:
+    return {"defaultRouteTableId": f"rtb-{_digits(rid, 8)}", "isDefault": False}
+
+
+def _eip(name: str, inputs: dict, rid: str) -> dict:
+    return {"publicIp": f"43.{int(_digits(rid, 3)) % 250}.{int(_digits(name, 3)) % 250}.10", "status": "UNBIND"}
+
 
 # Provider type token → fn(name, inputs, id) → computed outputs.
-COMPUTED: dict = {}
+COMPUTED: dict = {
+    "tencentcloud:Vpc/instance:Instance": _vpc,
+    "tencentcloud:Eip/instance:Instance": _eip,
+    "tencentcloud:Instance/instance:Instance": _instance,
+    "tencentcloud:Cfs/fileSystem:FileSystem": _file_system,
+    "tencentcloud:Cos/bucket:Bucket": _bucket,
+}
+
+
+def _images(args: dict) -> dict:
+    image = {"imageId": "img-487zeit5", "imageName": "Ubuntu Server 22.04 LTS 64bit",
+             "osName": "Ubuntu Server 22.04 LTS 64bit", "imageType": "PUBLIC_IMAGE", "architecture": "x86_64",
+             "platform": "Ubuntu", "imageState": "NORMAL", "imageSize": 20, "imageSource": "OFFICIAL",
+             "imageCreator": "", "imageDescription": "", "createdTime": "2024-01-01T00:00:00Z",
+             "supportCloudInit": True, "syncPercent": 0, "isSupportCloudinit": True, "snapshots": []}
+    return {"id": "images", "imageId": image["imageId"], "images": [image], **{k: v for k, v in args.items() if v is not None}}
+
+
+def _user(args: dict) -> dict:
+    return {"id": _UIN, "appId": _APP_ID, "uin": _UIN, "ownerUin": _UIN, "name": "gpu-cluster-deployer"}
+
+
+def _subnets(args: dict) -> dict:
+    subnet_id = args.get("subnetId") or "subnet-00000000"
+    return {"id": "subnets", "instanceLists": [{
+        "subnetId": subnet_id, "vpcId": f"vpc-{_digits(subnet_id, 8)}", "cidrBlock": "10.99.0.0/24",
+        "availabilityZone": args.get("availabilityZone") or "", "name": "shared", "isDefault": False,
+        "isMulticast": False, "routeTableId": f"rtb-{_digits(subnet_id + 'rtb', 8)}", "availableIpCount": 250,
+        "cdcId": "", "createTime": "2024-01-01 00:00:00", "tags": {}}]}
+
 
 # Invoke token → fn(args) → result.
-LOOKUPS: dict = {}
+LOOKUPS: dict = {
+    "tencentcloud:Images/getInstance:getInstance": _images,
+    "tencentcloud:User/getInfo:getInfo": _user,
+    "tencentcloud:Vpc/getSubnets:getSubnets": _subnets,
+}

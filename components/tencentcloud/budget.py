@@ -1,0 +1,95 @@
+"""Spend control on Tencent Cloud: a monthly billing budget and the alarm notice for the cluster.
+
+Who hears about it: Tencent delivers budget reminders and Cloud Monitor alarms to CAM users (via
+the e-mail bound to each user), never to raw e-mail addresses (facts/tencentcloud.md, "Alarms";
+`monitor.AlarmNotice.user_notices.user_ids`; `billing.Budget` has no receiver field at all). So
+the notice goes to the CAM identity that deploys the stack, and the spec's e-mail addresses are
+written into the budget note so the owner can bind them to CAM users — nothing is invented.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+import pulumi
+import tencentcloud_iac_pulumi as tencentcloud
+
+NAME_TAG = "gpu-cluster:name"
+FORECAST_PCT = 100
+
+# A budget needs a validity window (period_begin / period_end, "YYYY-MM" for monthly budgets,
+# provider doc billing_budget). It is fixed here, not taken from the clock, so that every render of
+# the same stack is identical: ten years from the month after these facts were gathered
+# (facts/tencentcloud.md, 2026-11-30). Whether Tencent accepts a window that began before the
+# deployment month is unconfirmed; if it refuses, move PERIOD_BEGIN — one place.
+PERIOD_BEGIN = "2026-12"
+PERIOD_END = "2036-11"
+
+
+def warn_jsons(thresholds_pct: tuple[int, ...]) -> list[dict]:
+    """One ACTUAL reminder per threshold and one FORECAST reminder at 100 % (the facts' FORECAST,
+    not FORECASTED), all as percentages of the quota."""
+    actual = [{"warn_type": "ACTUAL", "cal_type": "PERCENTAGE", "threshold_value": str(t)} for t in thresholds_pct]
+    return actual + [{"warn_type": "FORECAST", "cal_type": "PERCENTAGE", "threshold_value": str(FORECAST_PCT)}]
+
+
+@dataclass(frozen=True)
+class BudgetArgs:
+    cluster_name: str
+    """Prefix of every resource name; the budget counts only resources tagged gpu-cluster:name=<this>."""
+    monthly_limit: float
+    """Quota per month, in the account's settlement currency."""
+    thresholds_pct: tuple[int, ...]
+    """ACTUAL reminders, % of the quota; a FORECAST reminder at 100 % is always added."""
+    emails: tuple[str, ...]
+    """Who should hear; recorded in the budget note (Tencent needs them bound to CAM users)."""
+    tags: Mapping[str, str]
+
+
+class Budget(pulumi.ComponentResource):
+    budget_id: pulumi.Output[str]
+    notice_id: pulumi.Output[str]
+    """Cloud Monitor alarm notice used by the GPU alarms."""
+
+    def __init__(self, name: str, args: BudgetArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("gpu-cluster:tencentcloud:Budget", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        prefix = args.cluster_name
+
+        # Filtering by tag needs gpu-cluster:name enabled as a cost allocation tag
+        # (billing.AllocationTag). That switch is account-wide and shared by every cluster, so it is
+        # left to the account owner rather than owned (and deleted) by one cluster's stack.
+        budget = tencentcloud.billing.Budget(
+            f"{prefix}-budget",
+            budget_name=prefix,
+            cycle_type="MONTH",
+            plan_type="FIX",
+            budget_quota=f"{args.monthly_limit:.2f}",
+            bill_type="BILL",
+            fee_type="REAL_COST",
+            period_begin=PERIOD_BEGIN,
+            period_end=PERIOD_END,
+            warn_jsons=warn_jsons(args.thresholds_pct),
+            dimensions_range={"tags": [{"tag_key": NAME_TAG, "tag_values": [prefix]}]},
+            budget_note=f"gpu-cluster {prefix}; notify: {', '.join(args.emails)} "
+                        f"(bind these addresses to CAM users to receive reminders)",
+            opts=child,
+        )
+        me = tencentcloud.user.get_info_output(opts=pulumi.InvokeOutputOptions(parent=self))
+        notice = tencentcloud.monitor.AlarmNotice(
+            f"{prefix}-notice",
+            name=prefix,
+            notice_type="ALL",
+            notice_language="en-US",
+            user_notices=[{
+                "receiver_type": "USER",
+                "notice_ways": ["EMAIL"],
+                "user_ids": [me.uin.apply(int)],
+                "start_time": 0,
+                "end_time": 86399,
+            }],
+            opts=child,
+        )
+        self.budget_id, self.notice_id = budget.id, notice.id
+        self.register_outputs({"budget_id": self.budget_id, "notice_id": self.notice_id})

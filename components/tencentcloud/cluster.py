@@ -1,0 +1,91 @@
+"""One GPU training cluster on Tencent Cloud: network, storage, compute, backup, budget, monitoring.
+
+Order follows the data: the network first; storage before compute (the nodes' boot config mounts
+the CFS Turbo file system, and the persistent disks exist before the nodes they attach to); backup
+after storage; monitoring after the nodes and the budget's alarm notice.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import pulumi
+import tencentcloud_iac_pulumi as tencentcloud
+
+from components.spec import Cluster, tencent_turbo_type
+from components.tencentcloud import boot
+from components.tencentcloud.addressing import turbo_cidr
+from components.tencentcloud.backup import Backup, BackupArgs
+from components.tencentcloud.budget import Budget, BudgetArgs
+from components.tencentcloud.compute import SCRATCH_DISK_GB, Compute, ComputeArgs, spot_max_price
+from components.tencentcloud.monitoring import Monitoring, MonitoringArgs
+from components.tencentcloud.network import Network, NetworkArgs
+from components.tencentcloud.storage import Storage, StorageArgs, TurboArgs
+
+PUBLIC_IMAGE_OS = "Ubuntu Server 22.04 LTS 64bit"
+"""Default image: Tencent's public Ubuntu 22.04 compatible with the shape; it carries no GPU driver,
+so the boot config installs one (components/tencentcloud/boot.py)."""
+
+
+class ClusterComponent(pulumi.ComponentResource):
+    exports: dict[str, pulumi.Output]
+
+    def __init__(self, name: str, cluster: Cluster, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("gpu-cluster:tencentcloud:Cluster", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        spec, shape, tags = cluster.spec, cluster.shape, cluster.tags
+        lustre = spec.storage.lustre
+        lustre_cidr = turbo_cidr(spec.network.cidr) if lustre else None
+
+        network = Network(f"{name}-network", NetworkArgs(
+            cluster_name=name, zone=spec.zone, cidr=spec.network.cidr, tags=tags,
+            ssh_cidrs=spec.network.ssh_cidrs, existing_subnet_id=spec.network.existing_subnet_id,
+            lustre_cidr=lustre_cidr), opts=child)
+
+        storage = Storage(f"{name}-storage", StorageArgs(
+            cluster_name=name, region=cluster.region, zone=spec.zone, vpc_id=network.vpc_id,
+            subnet_cidr=network.subnet_cidr, tags=tags, nodes=spec.nodes, data_disk_gb=spec.storage.data_disk_gb,
+            turbo=TurboArgs(storage_type=tencent_turbo_type(lustre.throughput_per_tib),
+                            capacity_gib=lustre.capacity_gib, cidr=lustre_cidr) if lustre else None,
+            checkpoint_bucket=spec.storage.checkpoint_bucket), opts=child)
+
+        install_driver = spec.image_id is None
+        image_id = spec.image_id or tencentcloud.images.get_instance_output(
+            image_types=["PUBLIC_IMAGE"], os_name=PUBLIC_IMAGE_OS, instance_type=shape.type,
+            opts=pulumi.InvokeOutputOptions(parent=self)).image_id
+        user_data = pulumi.Output.from_input(storage.mount_target).apply(lambda source: boot.user_data(
+            nvme_devices=shape.nvme_count, scratch=spec.storage.scratch, lustre_source=source,
+            install_driver=install_driver))
+
+        compute = Compute(f"{name}-compute", ComputeArgs(
+            cluster_name=name, zone=spec.zone, instance_type=shape.type, nodes=spec.nodes, purchase=spec.purchase,
+            vpc_id=network.vpc_id, subnet_id=network.subnet_id, security_group_id=network.security_group_id,
+            image_id=image_id, user_data=user_data, root_gb=spec.storage.root_gb, tags=tags, hpc=shape.hpc,
+            critical=spec.criticality == "critical", spot_max_price=spot_max_price(shape.price_hourly),
+            scratch_disk_gb=SCRATCH_DISK_GB if spec.storage.scratch == "disk" else 0,
+            data_disk_ids=storage.data_disk_ids), opts=child)
+
+        Backup(f"{name}-backup", BackupArgs(
+            cluster_name=name, every_hours=spec.snapshots.every_hours, retain_days=spec.snapshots.retain,
+            data_disk_ids=storage.data_disk_ids, file_system_id=storage.file_system_id), opts=child)
+
+        budget = Budget(f"{name}-budget", BudgetArgs(
+            cluster_name=name, monthly_limit=spec.budget.monthly_limit, thresholds_pct=spec.budget.thresholds_pct,
+            emails=spec.budget.emails, tags=tags), opts=child)
+
+        Monitoring(f"{name}-monitoring", MonitoringArgs(
+            cluster_name=name, node_ids=compute.node_ids, notice_id=budget.notice_id, tags=tags), opts=child)
+
+        self.exports = {
+            "vpc_id": network.vpc_id,
+            "subnet_id": network.subnet_id,
+            "hpc_cluster_id": compute.hpc_cluster_id,
+            "node_ids": pulumi.Output.all(*compute.node_ids),
+            "cfs_mount_target": storage.mount_target,
+            "checkpoint_bucket": storage.bucket,
+            "budget_id": budget.budget_id,
+            "connect": pulumi.Output.concat(
+                "no public IPs: run commands with TAT (tat.Command + tat.Invoker) or log in from the CVM "
+                "console (OrcaTerm) on ", compute.node_ids[0], f" in {cluster.region}"),
+        }
+        self.register_outputs(self.exports)

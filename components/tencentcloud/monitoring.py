@@ -1,0 +1,84 @@
+"""GPU and health alarms on Tencent Cloud Monitor, bound to the cluster's nodes.
+
+Namespace `cvm_device` with monitor type `MT_QCE` (facts/tencentcloud.md, "Alarms"). GPU metric
+names follow the Cloud Monitor data API (GpuUtil, GpuMemUsage, GpuTemp); that the alarm API uses the
+same spelling is unconfirmed — `monitor.get_alarm_metric(namespace="cvm_device")` lists them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Mapping, Optional, Sequence
+
+import pulumi
+import tencentcloud_iac_pulumi as tencentcloud
+
+IDLE_PCT = 5
+IDLE_HOURS = 2
+HOT_CELSIUS = 85
+MEMORY_FULL_PCT = 95
+_HOUR = 3600
+_RENOTIFY_SECONDS = _HOUR
+
+
+def gpu_rules() -> list[dict]:
+    """Metric rules: GPU idle for IDLE_HOURS, GPU too hot, GPU memory full."""
+    base = {"rule_type": "STATIC", "is_power_notice": 0, "notice_frequency": _RENOTIFY_SECONDS}
+    return [
+        # Hourly averages, two in a row: "idle for 2 h" without a long chain of 5-minute periods.
+        {**base, "metric_name": "GpuUtil", "description": f"GPU utilisation below {IDLE_PCT} % for {IDLE_HOURS} h",
+         "operator": "lt", "value": str(IDLE_PCT), "period": _HOUR, "continue_period": IDLE_HOURS, "unit": "%"},
+        {**base, "metric_name": "GpuTemp", "description": f"GPU temperature above {HOT_CELSIUS} °C",
+         "operator": "gt", "value": str(HOT_CELSIUS), "period": 60, "continue_period": 5, "unit": "°C"},
+        {**base, "metric_name": "GpuMemUsage", "description": f"GPU memory above {MEMORY_FULL_PCT} %",
+         "operator": "gt", "value": str(MEMORY_FULL_PCT), "period": 60, "continue_period": 5, "unit": "%"},
+    ]
+
+
+@dataclass(frozen=True)
+class MonitoringArgs:
+    cluster_name: str
+    """Prefix of every resource name."""
+    node_ids: Sequence[pulumi.Input[str]]
+    """Instances the policy watches."""
+    notice_id: pulumi.Input[str]
+    """Alarm notice (Budget) that receives the alarms."""
+    tags: Mapping[str, str]
+
+
+class Monitoring(pulumi.ComponentResource):
+    policy_id: pulumi.Output[str]
+
+    def __init__(self, name: str, args: MonitoringArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("gpu-cluster:tencentcloud:Monitoring", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        prefix = args.cluster_name
+        policy = tencentcloud.monitor.AlarmPolicy(
+            f"{prefix}-gpu-alarms",
+            policy_name=f"{prefix}-gpu",
+            namespace="cvm_device",
+            monitor_type="MT_QCE",
+            project_id=0,
+            enable=1,
+            conditions={"is_union_rule": 0, "rules": gpu_rules()},
+            # Instance health: unreachable or rebooted unexpectedly (event names from the provider's example).
+            event_conditions=[{"metric_name": "ping_unreachable", "continue_period": 0, "period": 0,
+                               "notice_frequency": 0, "is_power_notice": 0},
+                              {"metric_name": "guest_reboot", "continue_period": 0, "period": 0,
+                               "notice_frequency": 0, "is_power_notice": 0}],
+            notice_ids=[args.notice_id],
+            policy_tags=[{"key": k, "value": v} for k, v in args.tags.items()],
+            opts=child,
+        )
+        # Cloud Monitor binds CVM objects by the dimension {"unInstanceId": <instance id>}
+        # (provider doc monitor_policy_binding_object).
+        tencentcloud.monitor.PolicyBindingObject(
+            f"{prefix}-gpu-alarms-nodes",
+            policy_id=policy.id,
+            dimensions=[{"dimensions_json": pulumi.Output.from_input(node_id).apply(
+                lambda i: json.dumps({"unInstanceId": i}))} for node_id in args.node_ids],
+            opts=child,
+        )
+        self.policy_id = policy.id
+        self.register_outputs({"policy_id": self.policy_id})

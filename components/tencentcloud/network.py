@@ -1,0 +1,115 @@
+"""The cluster's network on Tencent Cloud: VPC, one subnet in the zone, security group, NAT, flow logs.
+
+Nothing is reachable from the internet: nodes get no public IP, egress leaves through a NAT gateway
+with its own EIP, and the security group's only wide rule is "all traffic from members of this
+group". SSH is opened only to `ssh_cidrs` (empty by default: use TAT / the console instead).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from typing import Mapping, Optional
+
+import pulumi
+import tencentcloud_iac_pulumi as tencentcloud
+
+from components.tencentcloud.addressing import node_subnet
+
+_FLOW_LOG_DAYS = 30
+
+
+@dataclass(frozen=True)
+class NetworkArgs:
+    cluster_name: str
+    """Prefix of every resource name."""
+    zone: str
+    """The one availability zone of the cluster (e.g. ap-shanghai-5)."""
+    cidr: ipaddress.IPv4Network
+    """VPC range; the cluster subnet takes its first half."""
+    tags: Mapping[str, str]
+    """Tags for every taggable resource."""
+    ssh_cidrs: tuple[ipaddress.IPv4Network, ...] = ()
+    """Ranges allowed to reach TCP 22. Default: none (no inbound from outside the group at all)."""
+    existing_subnet_id: Optional[str] = None
+    """Use this subnet (and its VPC) instead of creating a VPC, subnet and NAT. Default: create them."""
+    lustre_cidr: Optional[ipaddress.IPv4Network] = None
+    """CFS Turbo's CCN range, allowed to reach the nodes' Lustre port. Default: no file system."""
+    flow_log_days: int = field(default=_FLOW_LOG_DAYS)
+    """Days the CLS topic keeps VPC flow logs."""
+
+
+class Network(pulumi.ComponentResource):
+    vpc_id: pulumi.Output[str]
+    subnet_id: pulumi.Output[str]
+    subnet_cidr: pulumi.Output[str]
+    security_group_id: pulumi.Output[str]
+    shared_subnet: bool
+    """True when the cluster runs in a subnet it did not create (existing_subnet_id)."""
+
+    def __init__(self, name: str, args: NetworkArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("gpu-cluster:tencentcloud:Network", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        prefix, tags = args.cluster_name, dict(args.tags)
+        self.shared_subnet = args.existing_subnet_id is not None
+
+        if args.existing_subnet_id:
+            found = tencentcloud.vpc.get_subnets_output(subnet_id=args.existing_subnet_id,
+                                                        opts=pulumi.InvokeOutputOptions(parent=self))
+            self.vpc_id = found.instance_lists[0].vpc_id
+            self.subnet_id = pulumi.Output.from_input(args.existing_subnet_id)
+            self.subnet_cidr = found.instance_lists[0].cidr_block
+            flow_log_target = ("SUBNET", self.subnet_id)
+        else:
+            vpc = tencentcloud.vpc.Instance(f"{prefix}-vpc", name=prefix, cidr_block=str(args.cidr),
+                                            tags=tags, opts=child)
+            # Egress only: a NAT gateway with its own EIP, routed from the cluster subnet's table
+            # (the VPC's default table is left alone for other subnets).
+            eip = tencentcloud.eip.Instance(f"{prefix}-nat-eip", name=f"{prefix}-nat",
+                                            internet_charge_type="TRAFFIC_POSTPAID_BY_HOUR",
+                                            internet_max_bandwidth_out=100, tags=tags, opts=child)
+            nat = tencentcloud.nat.Gateway(f"{prefix}-nat", name=prefix, vpc_id=vpc.id, zone=args.zone,
+                                           assigned_eip_sets=[eip.public_ip], tags=tags, opts=child)
+            routes = tencentcloud.route.Table(f"{prefix}-routes", name=prefix, vpc_id=vpc.id, tags=tags,
+                                              opts=child)
+            tencentcloud.route.TableEntry(f"{prefix}-egress", route_table_id=routes.id,
+                                          destination_cidr_block="0.0.0.0/0", next_type="NAT",
+                                          next_hub=nat.id, description="internet egress via NAT",
+                                          opts=child)
+            subnet_cidr = node_subnet(args.cidr)
+            subnet = tencentcloud.subnet.Instance(f"{prefix}-subnet", name=prefix, vpc_id=vpc.id,
+                                                  availability_zone=args.zone, cidr_block=str(subnet_cidr),
+                                                  route_table_id=routes.id, tags=tags, opts=child)
+            self.vpc_id, self.subnet_id = vpc.id, subnet.id
+            self.subnet_cidr = pulumi.Output.from_input(str(subnet_cidr))
+            flow_log_target = ("VPC", vpc.id)
+
+        group = tencentcloud.security.Group(f"{prefix}-sg", name=prefix, tags=tags,
+                                            description=f"gpu-cluster {prefix}: members talk freely; nothing else in",
+                                            opts=child)
+        ingresses = [{"action": "ACCEPT", "protocol": "ALL", "port": "all", "source_security_id": group.id,
+                      "description": "all traffic between cluster members (NCCL, MPI, SSH)"}]
+        if args.lustre_cidr is not None:
+            # LNet (the Lustre transport) listens on TCP 988 and servers may connect back to clients.
+            ingresses.append({"action": "ACCEPT", "protocol": "TCP", "port": "988",
+                              "cidr_block": str(args.lustre_cidr), "description": "CFS Turbo (LNet)"})
+        ingresses += [{"action": "ACCEPT", "protocol": "TCP", "port": "22", "cidr_block": str(c),
+                       "description": "SSH from ssh_cidrs"} for c in args.ssh_cidrs]
+        tencentcloud.security.GroupRuleSet(
+            f"{prefix}-sg-rules", security_group_id=group.id, ingresses=ingresses,
+            egresses=[{"action": "ACCEPT", "protocol": "ALL", "port": "all", "cidr_block": "0.0.0.0/0",
+                       "description": "egress (through NAT)"}],
+            opts=child)
+        self.security_group_id = group.id
+
+        # VPC flow logs into a CLS topic (CKV_TC_14). HCC RDMA traffic bypasses the VPC and is not logged.
+        logset = tencentcloud.cls.Logset(f"{prefix}-logs", logset_name=prefix, tags=tags, opts=child)
+        topic = tencentcloud.cls.Topic(f"{prefix}-flow-logs", logset_id=logset.id, topic_name=f"{prefix}-flow-logs",
+                                       period=args.flow_log_days, tags=tags, opts=child)
+        resource_type, resource_id = flow_log_target
+        tencentcloud.vpc.FlowLog(f"{prefix}-flow-log", flow_log_name=prefix, resource_type=resource_type,
+                                 resource_id=resource_id, vpc_id=self.vpc_id, traffic_type="ALL",
+                                 storage_type="cls", cloud_log_id=topic.id, tags=tags, opts=child)
+
+        self.register_outputs({"vpc_id": self.vpc_id, "subnet_id": self.subnet_id, "subnet_cidr": self.subnet_cidr,
+                               "security_group_id": self.security_group_id})

@@ -1,0 +1,132 @@
+"""Stateful storage on Tencent Cloud: CFS Turbo at /lustre, the COS checkpoint bucket, CBS data disks.
+
+Everything here outlives the nodes: each resource is `protect`ed and named only from the cluster
+name (and the node index for disks), never from tier, instance type or node count, so changing
+those never replaces data (DESIGN §4).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+import pulumi
+import tencentcloud_iac_pulumi as tencentcloud
+from tencentcloud_iac_pulumi.ccn import AttachmentV2 as CcnAttachment
+
+DATA_DISK_TYPE = "CLOUD_HSSD"
+"""Enhanced SSD, ≤ 1000 MB/s per disk (facts/tencentcloud.md, disks)."""
+_ABORT_UPLOADS_DAYS = 7
+_NONCURRENT_VERSION_DAYS = 30
+
+
+@dataclass(frozen=True)
+class TurboArgs:
+    """A CFS Turbo file system (the Tencent counterpart of FSx for Lustre)."""
+
+    storage_type: str
+    """TB (Standard Turbo) or TP (High-Performance Turbo): `components.spec.tencent_turbo_type`."""
+    capacity_gib: int
+    """Size; the spec has checked it against the Turbo increments (catalog limit `cfs_turbo`)."""
+    cidr: ipaddress.IPv4Network
+    """Range of Turbo's CCN interface, outside the VPC (`addressing.turbo_cidr`)."""
+
+
+@dataclass(frozen=True)
+class StorageArgs:
+    cluster_name: str
+    """Prefix of every resource name."""
+    region: str
+    """Provider region (the CCN attachment names the VPC's region)."""
+    zone: str
+    """The cluster's one zone: the file system and every disk land here."""
+    vpc_id: pulumi.Input[str]
+    subnet_cidr: pulumi.Input[str]
+    """Clients allowed to mount the file system (read-write, no root squash)."""
+    tags: Mapping[str, str]
+    nodes: int
+    """One data disk per node when `data_disk_gb` > 0."""
+    data_disk_gb: int = 0
+    """Persistent, encrypted, snapshotted disk per node, GB. 0: none."""
+    turbo: Optional[TurboArgs] = None
+    """The parallel file system. None: none."""
+    checkpoint_bucket: bool = True
+    """Create the private, versioned, encrypted COS checkpoint bucket."""
+
+
+class Storage(pulumi.ComponentResource):
+    file_system_id: Optional[pulumi.Output[str]]
+    mount_target: Optional[pulumi.Output[str]]
+    """`<mount ip>@tcp0:/<fs id>/cfs`, the Lustre mount source of CFS Turbo; None without a file system."""
+    bucket: Optional[pulumi.Output[str]]
+    data_disk_ids: list[pulumi.Output[str]]
+    """Per node index; empty when data_disk_gb is 0."""
+
+    def __init__(self, name: str, args: StorageArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("gpu-cluster:tencentcloud:Storage", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        keep = pulumi.ResourceOptions(parent=self, protect=True)
+        prefix, tags = args.cluster_name, dict(args.tags)
+
+        self.file_system_id = self.mount_target = None
+        if args.turbo is not None:
+            self._turbo(prefix, args, args.turbo, tags, child, keep)
+
+        self.bucket = None
+        if args.checkpoint_bucket:
+            # COS bucket names end in the account's APPID ("[custom name]-[appid]", provider doc cos_bucket).
+            app_id = tencentcloud.user.get_info_output(opts=pulumi.InvokeOutputOptions(parent=self)).app_id
+            bucket = tencentcloud.cos.Bucket(
+                f"{prefix}-checkpoints",
+                bucket=app_id.apply(lambda appid: f"{prefix}-checkpoints-{appid}"),
+                acl="private",
+                versioning_enable=True,
+                encryption_algorithm="AES256",
+                lifecycle_rules=[
+                    {"id": "abort-incomplete-uploads", "filter_prefix": "",
+                     "abort_incomplete_multipart_upload": {"days_after_initiation": _ABORT_UPLOADS_DAYS}},
+                    {"id": "expire-old-versions", "filter_prefix": "",
+                     "non_current_expiration": {"non_current_days": _NONCURRENT_VERSION_DAYS}},
+                ],
+                tags=tags,
+                opts=keep,
+            )
+            self.bucket = bucket.bucket
+
+        self.data_disk_ids = []
+        if args.data_disk_gb > 0:
+            for i in range(args.nodes):
+                disk = tencentcloud.cbs.Storage(
+                    f"{prefix}-data-{i}", storage_name=f"{prefix}-data-{i}", storage_type=DATA_DISK_TYPE,
+                    storage_size=args.data_disk_gb, availability_zone=args.zone, charge_type="POSTPAID_BY_HOUR",
+                    encrypt=True, tags=tags, opts=keep)
+                self.data_disk_ids.append(disk.id)
+
+        self.register_outputs({"file_system_id": self.file_system_id, "mount_target": self.mount_target,
+                               "bucket": self.bucket, "data_disk_ids": self.data_disk_ids})
+
+    def _turbo(self, prefix: str, args: StorageArgs, turbo: TurboArgs, tags: dict,
+               child: pulumi.ResourceOptions, keep: pulumi.ResourceOptions) -> None:
+        # CFS Turbo is reached over a CCN, not the VPC directly: net_interface "CCN" with ccn_id and a
+        # cidr_block of its own (provider doc cfs_file_system v1.82.42: "Select CCN for a Standard Turbo
+        # or High-Performance Turbo one"). The cluster gets its own CCN with its VPC attached.
+        ccn = tencentcloud.ccn.Instance(f"{prefix}-ccn", name=prefix, description=f"gpu-cluster {prefix}: CFS Turbo",
+                                        tags=tags, opts=child)
+        attach = CcnAttachment(f"{prefix}-ccn-vpc", ccn_id=ccn.id, instance_id=args.vpc_id,
+                               instance_region=args.region, instance_type="VPC", opts=child)
+        access = tencentcloud.cfs.AccessGroup(f"{prefix}-cfs-access", name=prefix,
+                                              description="cluster subnet, read-write", opts=child)
+        tencentcloud.cfs.AccessRule(f"{prefix}-cfs-subnet", access_group_id=access.id,
+                                    auth_client_ip=args.subnet_cidr, priority=1, rw_permission="RW",
+                                    user_permission="no_root_squash", opts=child)
+        fs = tencentcloud.cfs.FileSystem(
+            f"{prefix}-lustre", name=prefix, availability_zone=args.zone, protocol="TURBO",
+            storage_type=turbo.storage_type, capacity=turbo.capacity_gib, net_interface="CCN",
+            ccn_id=ccn.id, cidr_block=str(turbo.cidr), access_group_id=access.id, tags=tags,
+            opts=pulumi.ResourceOptions.merge(keep, pulumi.ResourceOptions(depends_on=[attach])))
+        self.file_system_id = fs.id
+        # Turbo is mounted with the Lustre client: `mount -t lustre <mount ip>@tcp0:/<fs id>/cfs /mnt`
+        # (CFS Turbo "mounting on Linux" guide, cloud.tencent.com/document/product/582; the `/cfs`
+        # sub-path is how Tencent's guide writes it — unconfirmed against a live file system).
+        self.mount_target = pulumi.Output.concat(fs.mount_ip, "@tcp0:/", fs.fs_id, "/cfs")
