@@ -1,9 +1,90 @@
-import pulumi, pulumi_aws as aws
+"""The AWS cluster (DESIGN §4): network → storage → backup → budget → compute → monitoring.
+
+Every role is its own component (`gpu-cluster:aws:<Role>`), parented here and named
+`<cluster name>-<role>`. `exports` are the stack outputs `__main__.py` publishes.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import pulumi
+import pulumi_aws as aws
+
+from components.aws import monitoring as monitoring_module
+from components.aws.backup import BACKUP_TAG, Backup, BackupArgs, fsx_backup_retention
+from components.aws.budget import Budget, BudgetArgs
+from components.aws.compute import Compute, ComputeArgs
+from components.aws.monitoring import Monitoring, MonitoringArgs
+from components.aws.network import Network, NetworkArgs
+from components.aws.storage import Storage, StorageArgs
+from components.spec import Cluster
+
+
 class ClusterComponent(pulumi.ComponentResource):
-    def __init__(self, name, cluster, opts=None):
+    """One GPU training cluster on AWS, complete: network, nodes, storage, backups, budget, alarms."""
+
+    exports: dict[str, pulumi.Output]
+
+    def __init__(self, name: str, cluster: Cluster, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("gpu-cluster:aws:Cluster", name, None, opts)
-        vpc = aws.ec2.Vpc(f"{name}-vpc", cidr_block=str(cluster.spec.network.cidr), enable_dns_hostnames=True, tags=cluster.tags, opts=pulumi.ResourceOptions(parent=self))
-        sub = aws.ec2.Subnet(f"{name}-subnet", vpc_id=vpc.id, cidr_block="10.40.0.0/17", availability_zone=cluster.spec.zone, opts=pulumi.ResourceOptions(parent=self, protect=True))
-        ident = aws.get_caller_identity_output()
-        self.exports = {"vpc_id": vpc.id, "subnet_id": sub.id, "account": ident.account_id}
+        child = pulumi.ResourceOptions(parent=self)
+        spec, tags = cluster.spec, cluster.tags
+        invoke = pulumi.InvokeOptions(parent=self)
+        account_id = aws.get_caller_identity_output(opts=invoke).account_id
+        partition = aws.get_partition_output(opts=invoke).partition
+
+        network = Network(f"{name}-network", NetworkArgs(
+            region=cluster.region, zone=spec.zone, cidr=spec.network.cidr, ssh_cidrs=spec.network.ssh_cidrs,
+            existing_subnet_id=spec.network.existing_subnet_id, tags=tags), child)
+
+        backup_tags = {BACKUP_TAG: name}
+        retention_days, retention_note = fsx_backup_retention(spec.snapshots.retain)
+        lustre = spec.storage.lustre
+        if lustre is not None and retention_note:
+            pulumi.log.warn(retention_note)
+        storage = Storage(f"{name}-storage", StorageArgs(
+            zone=spec.zone, vpc_id=network.vpc_id, subnet_id=network.subnet_id,
+            node_security_group_id=network.security_group_id, lustre=lustre,
+            fsx_backup_retention_days=retention_days if lustre is not None else 0,
+            backup_retention_note=retention_note if lustre is not None else "",
+            checkpoint_bucket=spec.storage.checkpoint_bucket, data_disk_gb=spec.storage.data_disk_gb,
+            nodes=spec.nodes, backup_tags=backup_tags, tags=tags), child)
+
+        if storage.data_volume_ids:
+            Backup(f"{name}-backup", BackupArgs(
+                partition=partition, target_tags=backup_tags, every_hours=spec.snapshots.every_hours,
+                retain=spec.snapshots.retain, tags=tags), child)
+
+        budget = Budget(f"{name}-budget", BudgetArgs(
+            cluster_name=name, monthly_limit=spec.budget.monthly_limit, currency=spec.budget.currency,
+            thresholds_pct=spec.budget.thresholds_pct, emails=spec.budget.emails, account_id=account_id,
+            tags=tags), child)
+
+        compute = Compute(f"{name}-compute", ComputeArgs(
+            cluster_name=name, shape=cluster.shape, nodes=spec.nodes, tier=spec.tier, zone=spec.zone,
+            subnet_id=network.subnet_id, security_group_id=network.security_group_id, partition=partition,
+            root_gb=spec.storage.root_gb, scratch=spec.storage.scratch,
+            agent_config=monitoring_module.agent_config(), tags=tags, purchase=spec.purchase,
+            termination_protection=spec.criticality == "critical", image_id=spec.image_id,
+            bucket_arn=storage.bucket_arn, lustre_dns_name=storage.fsx_dns_name,
+            lustre_mount_name=storage.fsx_mount_name, data_volume_ids=storage.data_volume_ids,
+            data_disk_gb=spec.storage.data_disk_gb), child)
+
+        Monitoring(f"{name}-monitoring", MonitoringArgs(
+            node_ids=compute.node_ids, topic_arn=budget.topic_arn, tags=tags), child)
+
+        self.exports = {
+            "vpc_id": network.vpc_id,
+            "subnet_id": network.subnet_id,
+            "placement_group": compute.placement_group,
+            "node_ids": pulumi.Output.all(*compute.node_ids),
+            "fsx_dns_name": storage.fsx_dns_name,
+            "fsx_mount_name": storage.fsx_mount_name,
+            "checkpoint_bucket": storage.bucket_name,
+            "budget_name": budget.budget_name,
+            "alarm_topic_arn": budget.topic_arn,
+            "connect": pulumi.Output.concat("aws ssm start-session --target ", compute.node_ids[0],
+                                            " --region ", cluster.region),
+        }
         self.register_outputs(self.exports)

@@ -1,0 +1,86 @@
+"""Backup role on AWS (DESIGN §4): EBS snapshots of the data volumes by a DLM lifecycle policy that
+targets them by tag, with its own execution role. FSx automatic backups are a property of the file
+system (see `fsx_backup_retention` and components/aws/storage.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+import pulumi
+import pulumi_aws as aws
+
+from components import catalog
+from components.aws.common import assume_role_policy, aws_managed_policy, tagged
+
+BACKUP_TAG = "gpu-cluster:backup"
+"""Tag key the lifecycle policy targets; the value is the cluster name (set on the data volumes)."""
+
+
+def fsx_backup_retention(retain: int) -> tuple[int, str]:
+    """Days of FSx automatic backups for `snapshots.retain`, capped at the service maximum, and a note
+    saying so when capped (empty otherwise)."""
+    cap = catalog.limit("aws", "fsx_backup_retention_days_max")
+    if retain <= cap:
+        return retain, ""
+    return cap, (f"snapshots.retain={retain}: FSx for Lustre keeps automatic backups at most {cap} days, "
+                 f"so the file system's backups are kept {cap} days (data-volume snapshots keep {retain})")
+
+
+@dataclass(frozen=True)
+class BackupArgs:
+    partition: pulumi.Input[str]
+    """AWS partition ("aws"), for the managed policy ARN."""
+    target_tags: Mapping[str, str]
+    """Tags that select the volumes to snapshot (the data volumes carry them)."""
+    every_hours: int
+    """Snapshot interval, hours: one of 1, 2, 3, 4, 6, 8, 12, 24 (DLM create_rule.interval)."""
+    retain: int
+    """Snapshots kept per volume (DLM retain_rule.count, at most 1000)."""
+    tags: Mapping[str, str]
+
+
+class Backup(pulumi.ComponentResource):
+    """Scheduled snapshots of the cluster's data volumes."""
+
+    policy_arn: pulumi.Output[str]
+
+    def __init__(self, name: str, args: BackupArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("gpu-cluster:aws:Backup", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+
+        role_name = f"{name}-snapshots-role"
+        role = aws.iam.Role(
+            role_name, assume_role_policy=assume_role_policy("dlm.amazonaws.com"),
+            description=f"DLM snapshots of the data volumes of {name}",
+            tags=tagged(args.tags, role_name), opts=child)
+        # The AWS-managed DLM service-role policy: create/delete/describe snapshots and tag them, nothing
+        # else (shared/facts/aws.md "DLM").
+        attachment = aws.iam.RolePolicyAttachment(
+            f"{name}-snapshots-role-dlm", role=role.name,
+            policy_arn=aws_managed_policy(args.partition, "service-role/AWSDataLifecycleManagerServiceRole"),
+            opts=child)
+
+        policy_name = f"{name}-snapshots"
+        policy = aws.dlm.LifecyclePolicy(
+            policy_name,
+            description=f"{name}: data volumes every {args.every_hours} h, keep {args.retain}",
+            execution_role_arn=role.arn,
+            state="ENABLED",
+            policy_details=aws.dlm.LifecyclePolicyPolicyDetailsArgs(
+                resource_types=["VOLUME"],
+                target_tags=dict(args.target_tags),
+                schedules=[aws.dlm.LifecyclePolicyPolicyDetailsScheduleArgs(
+                    name=f"every-{args.every_hours}h-keep-{args.retain}",
+                    create_rule=aws.dlm.LifecyclePolicyPolicyDetailsScheduleCreateRuleArgs(
+                        interval=args.every_hours, interval_unit="HOURS", times="03:00"),
+                    retain_rule=aws.dlm.LifecyclePolicyPolicyDetailsScheduleRetainRuleArgs(count=args.retain),
+                    copy_tags=True,
+                )],
+            ),
+            tags=tagged(args.tags, policy_name),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[attachment]),
+        )
+        self.policy_arn = policy.arn
+        self.register_outputs({"policy_arn": self.policy_arn})

@@ -1,0 +1,126 @@
+"""Budget role on AWS (DESIGN §4): a monthly AWS Budgets cost budget scoped to the cluster's cost tag,
+ACTUAL notifications at each threshold and a FORECASTED one at 100 %, delivered to an SNS topic (also
+used by the monitoring alarms) and to the e-mail subscribers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+import pulumi
+import pulumi_aws as aws
+
+from components.aws.common import policy_output, tagged
+
+COST_TAG_KEY = "gpu-cluster:name"
+"""The tag whose value scopes the budget: every taggable resource of a cluster carries it."""
+
+
+def cost_filter_value(cluster_name: str) -> str:
+    """AWS Budgets' TagKeyValue filter for a user-defined tag: "user:<key>$<value>" (shared/facts/aws.md)."""
+    return f"user:{COST_TAG_KEY}${cluster_name}"
+
+
+@dataclass(frozen=True)
+class BudgetArgs:
+    cluster_name: str
+    """Value of the cost tag the budget filters on."""
+    monthly_limit: float
+    currency: str
+    """Budget unit (AWS cost budgets: USD)."""
+    thresholds_pct: tuple[int, ...]
+    """One ACTUAL notification per threshold, % of the limit; a FORECASTED 100 % one is always added."""
+    emails: tuple[str, ...]
+    """Subscribers of every notification and of the alarm topic (at most 10 per notification)."""
+    account_id: pulumi.Input[str]
+    """This account: the SNS topic policy only accepts publishes on its behalf."""
+    tags: Mapping[str, str]
+    activate_cost_tag: bool = True
+    """Activate `gpu-cluster:name` as a cost-allocation tag (default True; once per account suffices)."""
+
+
+class Budget(pulumi.ComponentResource):
+    """The cluster's monthly budget and its alert topic."""
+
+    budget_name: pulumi.Output[str]
+    topic_arn: pulumi.Output[str]
+
+    def __init__(self, name: str, args: BudgetArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("gpu-cluster:aws:Budget", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+
+        topic_name = f"{name}-alerts"
+        # No KMS on the topic: AWS Budgets cannot publish to a topic encrypted with the AWS-managed key.
+        topic = aws.sns.Topic(topic_name, display_name=f"{name} budget and GPU alerts",
+                              tags=tagged(args.tags, topic_name), opts=child)
+        aws.sns.TopicPolicy(
+            f"{name}-alerts-policy", arn=topic.arn,
+            policy=policy_output([
+                {
+                    "Sid": "AccountOwnerManages",
+                    "Effect": "Allow",
+                    "Principal": {"AWS": args.account_id},
+                    "Action": ["SNS:GetTopicAttributes", "SNS:SetTopicAttributes", "SNS:AddPermission",
+                               "SNS:RemovePermission", "SNS:DeleteTopic", "SNS:Subscribe",
+                               "SNS:ListSubscriptionsByTopic", "SNS:Publish"],
+                    "Resource": topic.arn,
+                },
+                {
+                    "Sid": "BudgetsPublish",
+                    "Effect": "Allow",
+                    "Principal": {"Service": "budgets.amazonaws.com"},
+                    "Action": "SNS:Publish",
+                    "Resource": topic.arn,
+                    "Condition": {"StringEquals": {"aws:SourceAccount": args.account_id}},
+                },
+                {
+                    "Sid": "CloudWatchAlarmsPublish",
+                    "Effect": "Allow",
+                    "Principal": {"Service": "cloudwatch.amazonaws.com"},
+                    "Action": "SNS:Publish",
+                    "Resource": topic.arn,
+                    "Condition": {"StringEquals": {"aws:SourceAccount": args.account_id}},
+                },
+            ]),
+            opts=child)
+        for i, email in enumerate(args.emails):
+            # Each address must confirm the subscription e-mail before it receives alerts.
+            aws.sns.TopicSubscription(f"{name}-alerts-email-{i}", topic=topic.arn, protocol="email",
+                                      endpoint=email, opts=child)
+
+        depends_on = []
+        if args.activate_cost_tag:
+            # A new tag key shows up in Cost Explorer only after resources carrying it have been billed;
+            # until then (up to 24 h) activation fails and `pulumi up` must be re-run (shared/facts/aws.md).
+            depends_on.append(aws.costexplorer.CostAllocationTag(
+                f"{name}-cost-tag", tag_key=COST_TAG_KEY, status="Active", opts=child))
+
+        notify = dict(subscriber_email_addresses=list(args.emails), subscriber_sns_topic_arns=[topic.arn])
+        notifications = [
+            aws.budgets.BudgetNotificationArgs(
+                notification_type="ACTUAL", threshold_type="PERCENTAGE", comparison_operator="GREATER_THAN",
+                threshold=float(pct), **notify)
+            for pct in args.thresholds_pct
+        ] + [
+            aws.budgets.BudgetNotificationArgs(
+                notification_type="FORECASTED", threshold_type="PERCENTAGE", comparison_operator="GREATER_THAN",
+                threshold=100.0, **notify),
+        ]
+        budget_name = f"{name}-monthly"
+        budget = aws.budgets.Budget(
+            budget_name,
+            name=budget_name,
+            budget_type="COST",
+            time_unit="MONTHLY",
+            limit_amount=f"{args.monthly_limit:.2f}",
+            limit_unit=args.currency,
+            cost_filters=[aws.budgets.BudgetCostFilterArgs(name="TagKeyValue",
+                                                           values=[cost_filter_value(args.cluster_name)])],
+            notifications=notifications,
+            tags=tagged(args.tags, budget_name),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on),
+        )
+        self.budget_name = budget.name
+        self.topic_arn = topic.arn
+        self.register_outputs({"budget_name": self.budget_name, "topic_arn": self.topic_arn})

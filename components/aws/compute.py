@@ -1,0 +1,335 @@
+"""Compute role on AWS (DESIGN §4): the GPU nodes, packed in one zone.
+
+A cluster placement group for every multi-node or large cluster; one launch template (Deep Learning
+AMI, IMDSv2 only, encrypted gp3 root, least-privilege instance profile, every EFA card of the shape,
+no public IP, cloud-init boot config); one `aws.ec2.Instance` per node made from it, in the group.
+
+Why instances and not an Auto Scaling group: each node owns a protected, snapshotted data volume with
+a stable name (`<name>-data-<i>`) attached to a stable node `<name>-node-<i>`; an ASG replaces
+instances on its own and would orphan those volumes. Per-instance market options also express `mixed`
+exactly (node 0 on-demand, the rest spot).
+"""
+
+from __future__ import annotations
+
+import base64
+import textwrap
+from dataclasses import dataclass
+from typing import Literal, Mapping, Optional, Sequence
+
+import pulumi
+import pulumi_aws as aws
+
+from components.aws.common import assume_role_policy, aws_managed_policy, policy_output, tagged
+from components.catalog import Shape
+from components.cloudinit import BootConfig, LustreMount, render
+
+# The Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04), published as an SSM public
+# parameter (shared/facts/aws.md "DLAMI ids"; docs.aws.amazon.com/dlami/latest/devguide/find-dlami-id.html).
+# It ships the NVIDIA driver, EFA, aws-ofi-nccl, the CloudWatch agent and the Lustre client.
+DLAMI_PARAMETER = "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
+NVME_MODEL = "Amazon EC2 NVMe Instance Storage"
+CLOUDWATCH_AGENT_CTL = "/opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl"
+DATA_DEVICE = "/dev/sdf"
+SCRATCH_DEVICE = "/dev/sdg"
+DATA_SCRIPT = "/usr/local/sbin/gpu-cluster-data"
+
+Market = Literal["on_demand", "spot"]
+
+
+@dataclass(frozen=True)
+class NetworkInterface:
+    """One launch-template network interface: where it sits and what kind it is."""
+
+    network_card_index: int
+    device_index: int
+    interface_type: Optional[str]
+    """"efa" (EFA with ENA), "efa-only", or None for a plain ENA interface."""
+
+
+def network_interfaces(efa_interfaces: int) -> list[NetworkInterface]:
+    """The interface layout for a shape with `efa_interfaces` EFA cards (0: one plain ENA interface).
+
+    Follows AWS "Maximize network bandwidth on instances with multiple network cards"
+    (efa-acc-inst-types; shared/facts/aws.md "EFA layout"): the primary interface (card 0, device 0)
+    may be ENA or `efa` but never `efa-only`, and every further network card carries an `efa-only`
+    interface at device 0. We make the primary `efa` (EFA with ENA: the node's one IP interface) so
+    every card — 32 on p5/p5e, 16 on p5en, 4 on p4d — has exactly one EFA device.
+    """
+    if efa_interfaces <= 0:
+        return [NetworkInterface(network_card_index=0, device_index=0, interface_type=None)]
+    return [NetworkInterface(network_card_index=card, device_index=0,
+                             interface_type="efa" if card == 0 else "efa-only")
+            for card in range(efa_interfaces)]
+
+
+def wants_placement_group(nodes: int, tier: str) -> bool:
+    """Cluster placement for every multi-node cluster and every large cluster (policy placement-required)."""
+    return nodes > 1 or tier == "large"
+
+
+def market(purchase: str, index: int) -> Market:
+    """How node `index` is bought: on_demand, spot, or mixed (node 0 on-demand, the rest spot)."""
+    if purchase == "spot" or (purchase == "mixed" and index > 0):
+        return "spot"
+    return "on_demand"
+
+
+def data_volume_script(size_gib: int) -> str:
+    """Format (first boot only) and mount the node's persistent data volume at /data.
+
+    The volume is attached after the instance starts, so the script waits for it. It is recognised as
+    an EBS NVMe disk of exactly `size_gib` that is blank or already labelled `data` — never the root
+    disk (partitioned) nor the scratch array.
+    """
+    return textwrap.dedent(f"""\
+        #!/bin/bash
+        # Mount the persistent data volume at /data (written by gpu-cluster).
+        set -euo pipefail
+        mountpoint -q /data && exit 0
+        mkdir -p /data
+        want=$(( {size_gib} * 1024 * 1024 * 1024 ))
+        for _ in $(seq 1 120); do
+          blkid -L data >/dev/null 2>&1 && break
+          for dev in /dev/nvme*n1; do
+            [ -b "$dev" ] || continue
+            model=$(sed 's/ *$//' "/sys/block/$(basename "$dev")/device/model" 2>/dev/null || true)
+            [ "$model" = "Amazon Elastic Block Store" ] || continue
+            [ "$(blockdev --getsize64 "$dev")" -eq "$want" ] || continue
+            [ "$(lsblk -no TYPE "$dev" | wc -l)" -eq 1 ] || continue
+            [ -z "$(lsblk -no FSTYPE,MOUNTPOINT "$dev" | tr -d ' \\n')" ] || continue
+            mkfs.xfs -L data "$dev"
+            break 2
+          done
+          sleep 5
+        done
+        grep -q '^LABEL=data ' /etc/fstab || echo 'LABEL=data /data xfs defaults,nofail,noatime 0 2' >> /etc/fstab
+        mount /data
+        """)
+
+
+def boot_config(shape: Shape, scratch: str, cloudwatch_parameter: str, lustre_source: Optional[str],
+                data_disk_gb: int) -> BootConfig:
+    """What every node does at boot: RAID0 scratch, /lustre, /data, then the GPU metrics agent."""
+    files: list[dict] = []
+    commands: list[tuple[str, ...]] = []
+    if data_disk_gb > 0:
+        files.append({"path": DATA_SCRIPT, "permissions": "0755", "owner": "root:root",
+                      "content": data_volume_script(data_disk_gb)})
+        # In the background: the volume attaches only after the instance is running.
+        commands.append(("systemd-run", "--unit=gpu-cluster-data", DATA_SCRIPT))
+    commands.append((CLOUDWATCH_AGENT_CTL, "-a", "fetch-config", "-m", "ec2", "-s",
+                     "-c", f"ssm:{cloudwatch_parameter}"))
+    return BootConfig(
+        nvme_devices=shape.nvme_count,
+        nvme_model=NVME_MODEL,
+        scratch=scratch,
+        scratch_disk=SCRATCH_DEVICE if scratch == "disk" else None,
+        lustre=LustreMount(source=lustre_source) if lustre_source else None,
+        files=tuple(files),
+        commands=tuple(commands),
+    )
+
+
+@dataclass(frozen=True)
+class ComputeArgs:
+    cluster_name: str
+    """Names the CloudWatch agent's SSM parameter (AmazonCloudWatch-<cluster name>)."""
+    shape: Shape
+    """The catalogued instance type: EFA cards and local NVMe drives come from here."""
+    nodes: int
+    tier: str
+    zone: str
+    subnet_id: pulumi.Input[str]
+    security_group_id: pulumi.Input[str]
+    partition: pulumi.Input[str]
+    root_gb: int
+    """Encrypted gp3 root volume per node, GB."""
+    scratch: str
+    """nvme (RAID0 of the local drives) | disk (a non-persistent gp3 disk of root_gb) | none."""
+    agent_config: str
+    """CloudWatch agent configuration JSON (components/aws/monitoring.py)."""
+    tags: Mapping[str, str]
+    purchase: str = "on_demand"
+    """on_demand | spot | mixed (node 0 on-demand, the rest spot)."""
+    termination_protection: bool = False
+    """Set disable_api_termination on every node (critical clusters)."""
+    image_id: Optional[str] = None
+    """AMI; None (default): the latest Deep Learning AMI from its SSM public parameter."""
+    bucket_arn: Optional[pulumi.Input[str]] = None
+    """Checkpoint bucket the nodes may read and write; None: no bucket access."""
+    lustre_dns_name: Optional[pulumi.Input[str]] = None
+    lustre_mount_name: Optional[pulumi.Input[str]] = None
+    data_volume_ids: Sequence[pulumi.Input[str]] = ()
+    """One per node, attached at DATA_DEVICE and mounted at /data; empty: none."""
+    data_disk_gb: int = 0
+
+
+class Compute(pulumi.ComponentResource):
+    """The GPU nodes: placement group, launch template, instance role and one instance per node."""
+
+    node_ids: list[pulumi.Output[str]]
+    placement_group: Optional[pulumi.Output[str]]
+    launch_template_id: pulumi.Output[str]
+    role_arn: pulumi.Output[str]
+
+    def __init__(self, name: str, args: ComputeArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("gpu-cluster:aws:Compute", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+
+        role, profile = self._instance_role(name, args, child)
+        cloudwatch_parameter = f"AmazonCloudWatch-{args.cluster_name}"
+        # The managed CloudWatchAgentServerPolicy reads only parameters named AmazonCloudWatch-*.
+        aws.ssm.Parameter(f"{name}-cloudwatch-config", name=cloudwatch_parameter, type="String",
+                          value=args.agent_config, description=f"CloudWatch agent configuration of {args.cluster_name}",
+                          tags=tagged(args.tags, cloudwatch_parameter), opts=child)
+
+        self.placement_group = None
+        if wants_placement_group(args.nodes, args.tier):
+            pg_name = f"{name}-placement"
+            group = aws.ec2.PlacementGroup(pg_name, strategy="cluster", tags=tagged(args.tags, pg_name), opts=child)
+            self.placement_group = group.name
+
+        image = (pulumi.Output.from_input(args.image_id) if args.image_id
+                 else aws.ssm.get_parameter_output(name=DLAMI_PARAMETER, opts=pulumi.InvokeOptions(parent=self)).value)
+        # The root device's name differs between images (Ubuntu /dev/sda1, Amazon Linux /dev/xvda).
+        root_device = aws.ec2.get_ami_output(
+            filters=[aws.ec2.GetAmiFilterArgs(name="image-id", values=[image])],
+            opts=pulumi.InvokeOptions(parent=self)).root_device_name
+
+        lt_name = f"{name}-launch-template"
+        template = aws.ec2.LaunchTemplate(
+            lt_name,
+            description=f"GPU nodes of {args.cluster_name}: {args.shape.type}",
+            image_id=image,
+            instance_type=args.shape.type,
+            update_default_version=True,
+            iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(arn=profile.arn),
+            # IMDSv2 only (CKV_AWS_79, FSBP EC2.8); hop limit 2 lets containers on the node reach it.
+            metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
+                http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=2),
+            block_device_mappings=self._block_devices(args, root_device),
+            network_interfaces=[
+                aws.ec2.LaunchTemplateNetworkInterfaceArgs(
+                    network_card_index=nic.network_card_index,
+                    device_index=nic.device_index,
+                    interface_type=nic.interface_type,
+                    subnet_id=args.subnet_id,
+                    security_groups=[args.security_group_id],
+                    delete_on_termination="true",
+                    # No public IP (CKV_AWS_88). AWS rejects the setting when there are several
+                    # interfaces; the private subnet never maps public IPs anyway (shared/facts/aws.md).
+                    associate_public_ip_address="false" if args.shape.rdma_interfaces in (0, 1) else None,
+                )
+                for nic in network_interfaces(args.shape.rdma_interfaces or 0)
+            ],
+            placement=aws.ec2.LaunchTemplatePlacementArgs(availability_zone=args.zone,
+                                                           group_name=self.placement_group),
+            monitoring=aws.ec2.LaunchTemplateMonitoringArgs(enabled=True),
+            user_data=self._user_data(name, args, cloudwatch_parameter),
+            tag_specifications=[
+                aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type=kind, tags=tagged(args.tags, f"{name}-node"))
+                for kind in ("instance", "volume", "network-interface")
+            ],
+            tags=tagged(args.tags, lt_name),
+            opts=child,
+        )
+        self.launch_template_id = template.id
+        self.role_arn = role.arn
+
+        self.node_ids = []
+        for i in range(args.nodes):
+            node = self._node(name, i, args, template)
+            self.node_ids.append(node.id)
+            if i < len(args.data_volume_ids):
+                aws.ec2.VolumeAttachment(
+                    f"{name}-data-{i}-attachment", instance_id=node.id, volume_id=args.data_volume_ids[i],
+                    device_name=DATA_DEVICE, stop_instance_before_detaching=True, opts=child)
+
+        self.register_outputs({
+            "node_ids": self.node_ids,
+            "placement_group": self.placement_group,
+            "launch_template_id": self.launch_template_id,
+            "role_arn": self.role_arn,
+        })
+
+    def _instance_role(self, name: str, args: ComputeArgs,
+                       child: pulumi.ResourceOptions) -> tuple[aws.iam.Role, aws.iam.InstanceProfile]:
+        """Least privilege: SSM core (sessions, no SSH keys), the CloudWatch agent, the checkpoint bucket."""
+        role_name = f"{name}-node-role"
+        role = aws.iam.Role(role_name, assume_role_policy=assume_role_policy("ec2.amazonaws.com"),
+                            description=f"GPU nodes of {args.cluster_name}", tags=tagged(args.tags, role_name), opts=child)
+        for suffix, policy in (("ssm", "AmazonSSMManagedInstanceCore"), ("cloudwatch", "CloudWatchAgentServerPolicy")):
+            aws.iam.RolePolicyAttachment(f"{name}-node-role-{suffix}", role=role.name,
+                                         policy_arn=aws_managed_policy(args.partition, policy), opts=child)
+        if args.bucket_arn is not None:
+            aws.iam.RolePolicy(
+                f"{name}-node-role-checkpoints", role=role.id,
+                policy=policy_output([
+                    {"Sid": "ListCheckpoints", "Effect": "Allow",
+                     "Action": ["s3:ListBucket", "s3:GetBucketLocation", "s3:ListBucketMultipartUploads"],
+                     "Resource": args.bucket_arn},
+                    {"Sid": "ReadWriteCheckpoints", "Effect": "Allow",
+                     "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload",
+                                "s3:ListMultipartUploadParts"],
+                     "Resource": pulumi.Output.concat(args.bucket_arn, "/*")},
+                ]),
+                opts=child)
+        profile_name = f"{name}-node-profile"
+        profile = aws.iam.InstanceProfile(profile_name, role=role.name, tags=tagged(args.tags, profile_name), opts=child)
+        return role, profile
+
+    @staticmethod
+    def _block_devices(args: ComputeArgs, root_device: pulumi.Input[str]) -> list:
+        def gp3(size: int) -> aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs:
+            return aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
+                volume_size=size, volume_type="gp3", encrypted="true", delete_on_termination="true")
+
+        devices = [aws.ec2.LaunchTemplateBlockDeviceMappingArgs(device_name=root_device, ebs=gp3(args.root_gb))]
+        if args.scratch == "disk":
+            # Non-persistent scratch: deleted with the node; sized like the root volume.
+            devices.append(aws.ec2.LaunchTemplateBlockDeviceMappingArgs(device_name=SCRATCH_DEVICE, ebs=gp3(args.root_gb)))
+        return devices
+
+    @staticmethod
+    def _user_data(name: str, args: ComputeArgs, cloudwatch_parameter: str) -> pulumi.Output[str]:
+        """cloud-init as data, base64 for the launch template. Only rendering happens inside apply()
+        (no resources are created there, so previews stay complete)."""
+        def encode(lustre_source: Optional[str]) -> str:
+            boot = boot_config(args.shape, args.scratch, cloudwatch_parameter, lustre_source, args.data_disk_gb)
+            return base64.b64encode(render(boot).encode()).decode()
+
+        if args.lustre_dns_name is None or args.lustre_mount_name is None:
+            return pulumi.Output.from_input(encode(None))
+        return pulumi.Output.all(args.lustre_dns_name, args.lustre_mount_name).apply(
+            lambda fs: encode(f"{fs[0]}@tcp:/{fs[1]}"))
+
+    def _node(self, name: str, index: int, args: ComputeArgs, template: aws.ec2.LaunchTemplate) -> aws.ec2.Instance:
+        node_name = f"{name}-node-{index}"
+        how = market(args.purchase, index)
+        spot = None
+        if how == "spot":
+            # Spot instances that stop or hibernate on interruption cannot be in a cluster placement
+            # group; terminate can (shared/facts/aws.md "Placement groups and spot").
+            spot = aws.ec2.InstanceInstanceMarketOptionsArgs(
+                market_type="spot",
+                spot_options=aws.ec2.InstanceInstanceMarketOptionsSpotOptionsArgs(
+                    instance_interruption_behavior="terminate", spot_instance_type="one-time"))
+        # No subnet or security groups here: they sit on the template's network interfaces, and EC2
+        # rejects both on the same launch request. IMDS and root settings are repeated so every node in
+        # a plan or a `pulumi stack export` shows them without resolving the template.
+        return aws.ec2.Instance(
+            node_name,
+            launch_template=aws.ec2.InstanceLaunchTemplateArgs(
+                id=template.id, version=template.latest_version.apply(str)),
+            availability_zone=args.zone,
+            placement_group=self.placement_group,
+            instance_market_options=spot,
+            disable_api_termination=args.termination_protection,
+            metadata_options=aws.ec2.InstanceMetadataOptionsArgs(
+                http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=2),
+            root_block_device=aws.ec2.InstanceRootBlockDeviceArgs(
+                volume_size=args.root_gb, volume_type="gp3", encrypted=True, delete_on_termination=True),
+            tags=tagged(args.tags, node_name, **{"gpu-cluster:node": str(index), "gpu-cluster:market": how}),
+            opts=pulumi.ResourceOptions(parent=self),
+        )

@@ -1,0 +1,96 @@
+"""Monitoring role on AWS (DESIGN §4): per-node CloudWatch alarms to the alert topic — GPUs idle (money
+burning), GPUs too hot, and the EC2 status check.
+
+The GPU metrics come from the CloudWatch agent's `nvidia_gpu` section (namespace CWAgent, metric names
+`nvidia_smi_<measurement>`; shared/facts/aws.md "CloudWatch agent"). The agent publishes every GPU
+with dimensions index/name/arch/host; `agent_config` adds `append_dimensions: InstanceId` and
+`aggregation_dimensions: [["InstanceId"]]`, so the agent also publishes one series per node with the
+single dimension InstanceId, aggregated over its GPUs. The alarms watch that series: one alarm per node
+whatever the GPU count, with dimensions known before boot (the GPU index/name/host are not).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Mapping, Optional, Sequence
+
+import pulumi
+import pulumi_aws as aws
+
+from components.aws.common import tagged
+
+NAMESPACE = "CWAgent"
+GPU_UTILISATION = "nvidia_smi_utilization_gpu"
+GPU_TEMPERATURE = "nvidia_smi_temperature_gpu"
+GPU_MEASUREMENTS = ("utilization_gpu", "utilization_memory", "memory_used", "memory_total",
+                    "temperature_gpu", "power_draw")
+IDLE_BELOW_PCT = 10
+IDLE_PERIOD_S, IDLE_PERIODS = 300, 24  # 24 × 5 min = 2 h below the threshold
+HOT_ABOVE_C = 85
+METRICS_INTERVAL_S = 60
+
+
+def agent_config() -> str:
+    """The CloudWatch agent configuration (JSON) the nodes fetch from SSM at boot."""
+    return json.dumps({
+        "agent": {"metrics_collection_interval": METRICS_INTERVAL_S},
+        "metrics": {
+            "namespace": NAMESPACE,
+            "append_dimensions": {"InstanceId": "${aws:InstanceId}"},
+            "aggregation_dimensions": [["InstanceId"]],
+            "metrics_collected": {
+                "nvidia_gpu": {"measurement": list(GPU_MEASUREMENTS),
+                               "metrics_collection_interval": METRICS_INTERVAL_S},
+                "mem": {"measurement": ["mem_used_percent"]},
+                "disk": {"measurement": ["used_percent"], "resources": ["/", "/scratch"]},
+            },
+        },
+    }, indent=2)
+
+
+@dataclass(frozen=True)
+class MonitoringArgs:
+    node_ids: Sequence[pulumi.Input[str]]
+    """Instance ids, in node order; one set of alarms each."""
+    topic_arn: pulumi.Input[str]
+    """Where alarms (and their recovery) are sent."""
+    tags: Mapping[str, str]
+
+
+class Monitoring(pulumi.ComponentResource):
+    """GPU idle / temperature and instance health alarms for every node."""
+
+    alarm_arns: list[pulumi.Output[str]]
+
+    def __init__(self, name: str, args: MonitoringArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("gpu-cluster:aws:Monitoring", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        actions = [args.topic_arn]
+        self.alarm_arns = []
+
+        def alarm(alarm_name: str, **kwargs) -> None:
+            created = aws.cloudwatch.MetricAlarm(
+                alarm_name, alarm_actions=actions, ok_actions=actions,
+                tags=tagged(args.tags, alarm_name), opts=child, **kwargs)
+            self.alarm_arns.append(created.arn)
+
+        for i, node_id in enumerate(args.node_ids):
+            node = {"InstanceId": node_id}
+            alarm(f"{name}-node-{i}-gpu-idle",
+                  alarm_description=f"GPUs of {name} node {i} below {IDLE_BELOW_PCT} % for 2 h: paid but idle",
+                  namespace=NAMESPACE, metric_name=GPU_UTILISATION, dimensions=node, statistic="Average",
+                  period=IDLE_PERIOD_S, evaluation_periods=IDLE_PERIODS, threshold=IDLE_BELOW_PCT,
+                  comparison_operator="LessThanThreshold", treat_missing_data="notBreaching")
+            alarm(f"{name}-node-{i}-gpu-hot",
+                  alarm_description=f"A GPU of {name} node {i} above {HOT_ABOVE_C} °C for 10 min",
+                  namespace=NAMESPACE, metric_name=GPU_TEMPERATURE, dimensions=node, statistic="Maximum",
+                  period=300, evaluation_periods=2, threshold=HOT_ABOVE_C,
+                  comparison_operator="GreaterThanThreshold", treat_missing_data="notBreaching")
+            alarm(f"{name}-node-{i}-status",
+                  alarm_description=f"EC2 status check of {name} node {i} failing (instance or host)",
+                  namespace="AWS/EC2", metric_name="StatusCheckFailed", dimensions=node, statistic="Maximum",
+                  period=60, evaluation_periods=3, threshold=1,
+                  comparison_operator="GreaterThanOrEqualToThreshold", treat_missing_data="missing")
+
+        self.register_outputs({"alarm_arns": self.alarm_arns})
