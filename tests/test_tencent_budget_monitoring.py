@@ -1,0 +1,65 @@
+"""Tencent budget, alarm notice and GPU alarms."""
+
+import json
+
+from components.tencentcloud.budget import warn_jsons
+from conftest import inputs_of
+
+BUDGET = "tencentcloud:Billing/budget:Budget"
+NOTICE = "tencentcloud:Monitor/alarmNotice:AlarmNotice"
+POLICY = "tencentcloud:Monitor/alarmPolicy:AlarmPolicy"
+
+
+def test_monthly_fixed_budget_scoped_to_the_cluster_tag(sample_plan):
+    b = sample_plan("tencent-large").one(BUDGET).inputs
+    assert (b["cycleType"], b["planType"], b["billType"], b["feeType"]) == ("MONTH", "FIX", "BILL", "REAL_COST")
+    assert b["budgetQuota"] == "900000.00"
+    assert b["dimensionsRange"] == {"tags": [{"tagKey": "gpu-cluster:name", "tagValues": ["tc-large"]}]}
+    assert b["periodBegin"] < b["periodEnd"]
+    assert "mlops@example.com" in b["budgetNote"]
+
+
+def test_one_actual_warning_per_threshold_and_a_forecast_at_100(sample_plan, render_cluster):
+    b = sample_plan("tencent-mid").one(BUDGET).inputs
+    assert [(w["warnType"], w["calType"], w["thresholdValue"]) for w in b["warnJsons"]] == [
+        ("ACTUAL", "PERCENTAGE", "50"), ("ACTUAL", "PERCENTAGE", "80"), ("ACTUAL", "PERCENTAGE", "100"),
+        ("FORECAST", "PERCENTAGE", "100")]
+    b = render_cluster("tencent-entry", {"budget": {"thresholds_pct": [90, 25]}}).one(BUDGET).inputs
+    assert [(w["warnType"], w["thresholdValue"]) for w in b["warnJsons"]] == [
+        ("ACTUAL", "25"), ("ACTUAL", "90"), ("FORECAST", "100")]
+    assert warn_jsons((10,))[-1] == {"warn_type": "FORECAST", "cal_type": "PERCENTAGE", "threshold_value": "100"}
+
+
+def test_alarm_notice_mails_the_deploying_cam_user(sample_plan):
+    (user,) = sample_plan("tencent-entry").one(NOTICE).inputs["userNotices"]
+    assert user["receiverType"] == "USER" and user["noticeWays"] == ["EMAIL"]
+    assert user["userIds"] == [100000000001]
+    assert (user["startTime"], user["endTime"]) == (0, 86399)
+
+
+def test_gpu_alarms_idle_two_hours_and_hot_bound_to_every_node(sample_plan):
+    plan = sample_plan("tencent-large")
+    policy = plan.one(POLICY)
+    i = policy.inputs
+    assert (i["namespace"], i["monitorType"]) == ("cvm_device", "MT_QCE")
+    assert i["noticeIds"] == [plan.one(NOTICE).id]
+    rules = {r["metricName"]: r for r in i["conditions"]["rules"]}
+    idle, hot = rules["GpuUtil"], rules["GpuTemp"]
+    assert idle["operator"] == "lt" and idle["period"] * idle["continuePeriod"] == 2 * 3600
+    assert hot["operator"] == "gt" and float(hot["value"]) >= 80
+    binding = plan.one("tencentcloud:Monitor/policyBindingObject:PolicyBindingObject").inputs
+    assert binding["policyId"] == policy.id
+    bound = {json.loads(d["dimensionsJson"])["unInstanceId"] for d in binding["dimensions"]}
+    assert bound == {n.id for n in plan.of_type("tencentcloud:Instance/instance:Instance")}
+    assert {"key": "gpu-cluster:name", "value": "tc-large"} in i["policyTags"]
+
+
+def test_exports(sample_plan, render_cluster):
+    from offline.render import read_stack_file, render, stack_path
+    out = render(read_stack_file(stack_path("tencent-large"))).outputs
+    assert set(out) == {"vpc_id", "subnet_id", "hpc_cluster_id", "node_ids", "cfs_mount_target",
+                        "checkpoint_bucket", "budget_id", "connect"}
+    assert out["hpc_cluster_id"].startswith("hpc-") and len(out["node_ids"]) == 2
+    assert out["cfs_mount_target"].endswith("/cfs") and "@tcp0:/" in out["cfs_mount_target"]
+    assert out["checkpoint_bucket"] == "tc-large-checkpoints-1250000000"
+    assert "TAT" in out["connect"] and out["node_ids"][0] in out["connect"]

@@ -1,0 +1,107 @@
+"""Tencent compute: shapes per tier, HPC cluster packing, zone, purchase mapping, boot config."""
+
+import yaml
+
+from components import catalog
+from components.tencentcloud import boot
+from conftest import inputs_of
+
+INSTANCE = "tencentcloud:Instance/instance:Instance"
+HPC = "tencentcloud:Cvm/hpcCluster:HpcCluster"
+
+
+def test_large_packs_every_node_into_one_hpc_cluster_in_the_zone(sample_plan):
+    plan = sample_plan("tencent-large")
+    hpc = plan.one(HPC)
+    assert hpc.inputs["zone"] == "ap-shanghai-5"
+    nodes = inputs_of(plan, INSTANCE)
+    assert len(nodes) == 2
+    assert all(n["hpcClusterId"] == hpc.id for n in nodes)
+    assert all(n["instanceType"] == "HCCPNV6.96XLARGE2304" for n in nodes)
+    # Tencent placement groups spread instances apart: none is used for packing.
+    assert not any(r.type.startswith("tencentcloud:Placement/") for r in plan)
+    assert not any("placementGroupId" in n for n in nodes)
+    assert plan.stack is not None
+
+
+def test_large_keeps_everything_in_one_zone(sample_plan):
+    plan = sample_plan("tencent-large")
+    zones = [n["availabilityZone"] for n in inputs_of(plan, INSTANCE)]
+    zones += [d["availabilityZone"] for d in inputs_of(plan, "tencentcloud:Cbs/storage:Storage")]
+    zones += [plan.one("tencentcloud:Cfs/fileSystem:FileSystem").inputs["availabilityZone"],
+              plan.one("tencentcloud:Subnet/instance:Instance").inputs["availabilityZone"],
+              plan.one(HPC).inputs["zone"]]
+    assert set(zones) == {"ap-shanghai-5"}
+
+
+def test_mid_is_four_a100_gt4_from_the_catalog(sample_plan):
+    nodes = inputs_of(sample_plan("tencent-mid"), INSTANCE)
+    assert [n["instanceType"] for n in nodes] == ["GT4.20XLARGE474"] * 2
+    shape = catalog.shape("tencentcloud", "GT4.20XLARGE474")
+    assert (shape.gpu, shape.gpu_count, shape.interconnect) == ("A100", 4, "nvlink")
+    assert all("hpcClusterId" not in n for n in nodes)
+    assert sample_plan("tencent-mid").of_type(HPC) == []
+
+
+def test_entry_is_one_gn7_t4(sample_plan):
+    (node,) = inputs_of(sample_plan("tencent-entry"), INSTANCE)
+    assert node["instanceType"] == "GN7.2XLARGE32"
+    assert catalog.shape("tencentcloud", "GN7.2XLARGE32").gpu == "T4"
+
+
+def test_nodes_are_private_with_an_hssd_root_disk_of_root_gb(sample_plan):
+    (node,) = inputs_of(sample_plan("tencent-entry"), INSTANCE)
+    assert node["allocatePublicIp"] is False
+    assert node["systemDiskType"] == "CLOUD_HSSD" and node["systemDiskSize"] == 100
+    assert node["instanceChargeType"] == "POSTPAID_BY_HOUR" and "spotInstanceType" not in node
+    assert node["disableApiTermination"] is False
+    assert node["imageId"] == "img-487zeit5"
+    assert node["tags"]["gpu-cluster:tier"] == "entry"
+
+
+def test_hcc_nodes_use_a_local_system_disk_and_critical_enables_termination_protection(sample_plan):
+    for node in inputs_of(sample_plan("tencent-large"), INSTANCE):
+        assert node["systemDiskType"] == "LOCAL_BASIC" and node["systemDiskSize"] == 500
+        assert node["disableApiTermination"] is True
+
+
+def test_spot_and_mixed_map_to_spotpaid_with_a_max_price(render_cluster):
+    spot = inputs_of(render_cluster("tencent-mid", {"purchase": "spot"}), INSTANCE)
+    assert all(n["instanceChargeType"] == "SPOTPAID" and n["spotInstanceType"] == "ONE-TIME"
+               and float(n["spotMaxPrice"]) > 0 for n in spot)
+    mixed = inputs_of(render_cluster("tencent-mid", {"purchase": "mixed", "nodes": 3}), INSTANCE)
+    assert [n["instanceChargeType"] for n in mixed] == ["POSTPAID_BY_HOUR", "SPOTPAID", "SPOTPAID"]
+    assert "spotMaxPrice" not in mixed[0]
+
+
+def test_user_data_is_cloud_config_mounting_turbo_and_installing_the_driver(sample_plan):
+    plan = sample_plan("tencent-mid")
+    target = plan.stack.outputs["cfs_mount_target"] if plan.stack.outputs else None
+    for node in inputs_of(plan, INSTANCE):
+        assert "userData" not in node
+        doc = yaml.safe_load(node["userDataRaw"])
+        assert node["userDataRaw"].startswith("#cloud-config\n")
+        lustre = [m for m in doc["mounts"] if m[1] == "/lustre"]
+        assert len(lustre) == 1 and lustre[0][2] == "lustre" and lustre[0][0].endswith("/cfs")
+        assert "@tcp0:/" in lustre[0][0]
+        if target:
+            assert lustre[0][0] == target
+        scratch = [m for m in doc["mounts"] if m[1] == "/scratch"]
+        assert scratch and scratch[0][0] == "/dev/vdb"
+        assert any("auto_install.sh" in " ".join(c) for c in doc["runcmd"])
+        assert node["dataDisks"] == [{"dataDiskType": "CLOUD_HSSD", "dataDiskSize": 1000,
+                                      "deleteWithInstance": True, "encrypt": True}]
+
+
+def test_own_image_skips_the_driver_installer(render_cluster):
+    (node,) = inputs_of(render_cluster("tencent-entry", {"image_id": "img-abcd1234"}), INSTANCE)
+    assert node["imageId"] == "img-abcd1234"
+    assert "auto_install.sh" not in node["userDataRaw"]
+
+
+def test_shapes_with_local_nvme_stripe_them_at_boot():
+    # No catalogued Tencent tier shape has confirmed local NVMe today; the boot config is ready for one.
+    doc = yaml.safe_load(boot.user_data(nvme_devices=4, scratch="nvme", lustre_source=None, install_driver=False))
+    assert any(f["path"] == "/usr/local/sbin/gpu-cluster-scratch" and "EXPECTED=4" in f["content"]
+               for f in doc["write_files"])
+    assert "mounts" not in doc

@@ -1,0 +1,91 @@
+"""Tencent network: VPC, subnet in the zone, security group, NAT egress, flow logs, shared subnet."""
+
+import ipaddress
+
+from components.tencentcloud.addressing import node_subnet, turbo_cidr
+from conftest import inputs_of
+
+VPC = "tencentcloud:Vpc/instance:Instance"
+SUBNET = "tencentcloud:Subnet/instance:Instance"
+RULES = "tencentcloud:Security/groupRuleSet:GroupRuleSet"
+INSTANCE = "tencentcloud:Instance/instance:Instance"
+
+
+def test_vpc_and_one_subnet_in_the_zone(sample_plan):
+    plan = sample_plan("tencent-mid")
+    assert plan.one(VPC).inputs["cidrBlock"] == "10.52.0.0/16"
+    subnet = plan.one(SUBNET).inputs
+    assert subnet["availabilityZone"] == "ap-shanghai-5"
+    assert subnet["cidrBlock"] == "10.52.0.0/17"
+    assert subnet["vpcId"] == plan.one(VPC).id
+    assert all(i["subnetId"] == plan.one(SUBNET).id for i in inputs_of(plan, INSTANCE))
+
+
+def test_security_group_admits_only_its_members_by_default(sample_plan):
+    plan = sample_plan("tencent-entry")
+    group = plan.one("tencentcloud:Security/group:Group")
+    ingresses = plan.one(RULES).inputs["ingresses"]
+    assert ingresses == [{"action": "ACCEPT", "protocol": "ALL", "port": "all", "sourceSecurityId": group.id,
+                          "description": ingresses[0]["description"]}]
+    assert not any(r.get("cidrBlock") in ("0.0.0.0/0", "::/0") for r in ingresses)
+    assert all(i["orderlySecurityGroups"] == [group.id] and i["allocatePublicIp"] is False
+               for i in inputs_of(plan, INSTANCE))
+
+
+def test_ssh_cidrs_open_port_22_to_those_ranges_only(render_cluster):
+    plan = render_cluster("tencent-entry", {"network": {"ssh_cidrs": ["203.0.113.0/24"]}})
+    ssh = [r for r in plan.one(RULES).inputs["ingresses"] if r.get("port") == "22"]
+    assert ssh == [{"action": "ACCEPT", "protocol": "TCP", "port": "22", "cidrBlock": "203.0.113.0/24",
+                    "description": ssh[0]["description"]}]
+
+
+def test_lustre_clients_accept_lnet_from_the_turbo_range(sample_plan):
+    ingresses = sample_plan("tencent-large").one(RULES).inputs["ingresses"]
+    assert {"port": "988", "cidrBlock": "10.51.0.0/24"}.items() <= next(r for r in ingresses if r.get("port") == "988").items()
+
+
+def test_egress_leaves_through_a_nat_gateway_with_an_eip(sample_plan):
+    plan = sample_plan("tencent-mid")
+    eip = plan.one("tencentcloud:Eip/instance:Instance")
+    nat = plan.one("tencentcloud:Nat/gateway:Gateway")
+    assert nat.inputs["assignedEipSets"] == [eip.outputs["publicIp"]]
+    assert nat.inputs["vpcId"] == plan.one(VPC).id
+    route = plan.one("tencentcloud:Route/tableEntry:TableEntry").inputs
+    assert route["destinationCidrBlock"] == "0.0.0.0/0" and route["nextType"] == "NAT" and route["nextHub"] == nat.id
+    assert plan.one(SUBNET).inputs["routeTableId"] == plan.one("tencentcloud:Route/table:Table").id
+
+
+def test_vpc_flow_logs_go_to_a_cls_topic(sample_plan):
+    plan = sample_plan("tencent-mid")
+    log = plan.one("tencentcloud:Vpc/flowLog:FlowLog").inputs
+    assert log["resourceType"] == "VPC" and log["resourceId"] == plan.one(VPC).id
+    assert log["storageType"] == "cls" and log["cloudLogId"] == plan.one("tencentcloud:Cls/topic:Topic").id
+    assert log["trafficType"] == "ALL"
+
+
+def test_existing_subnet_is_used_and_nothing_networky_is_created(render_cluster):
+    plan = render_cluster("tencent-entry", {"network": {"existing_subnet_id": "subnet-abcd1234"}})
+    for type_ in (VPC, SUBNET, "tencentcloud:Nat/gateway:Gateway", "tencentcloud:Eip/instance:Instance"):
+        assert plan.of_type(type_) == []
+    node = plan.one(INSTANCE).inputs
+    assert node["subnetId"] == "subnet-abcd1234"
+    assert node["vpcId"].startswith("vpc-")
+    log = plan.one("tencentcloud:Vpc/flowLog:FlowLog").inputs
+    assert log["resourceType"] == "SUBNET" and log["resourceId"] == "subnet-abcd1234"
+
+
+def test_every_network_resource_is_tagged(sample_plan):
+    plan = sample_plan("tencent-mid")
+    for type_ in (VPC, SUBNET, "tencentcloud:Security/group:Group", "tencentcloud:Nat/gateway:Gateway",
+                  "tencentcloud:Eip/instance:Instance", "tencentcloud:Cls/topic:Topic"):
+        assert plan.one(type_).inputs["tags"]["gpu-cluster:name"] == "tc-mid", type_
+        assert plan.one(type_).inputs["tags"]["managed-by"] == "pulumi", type_
+
+
+def test_node_subnet_is_the_first_half_and_turbo_range_never_overlaps_the_vpc():
+    for cidr in ("10.50.0.0/16", "10.51.0.0/16", "172.31.0.0/16", "192.168.0.0/16", "192.168.4.0/24"):
+        vpc = ipaddress.ip_network(cidr)
+        assert node_subnet(vpc) == next(vpc.subnets(prefixlen_diff=1))
+        turbo = turbo_cidr(vpc)
+        assert not turbo.overlaps(vpc) and turbo.is_private and turbo.prefixlen == 24, cidr
+    assert str(turbo_cidr(ipaddress.ip_network("10.50.0.0/16"))) == "10.51.0.0/24"

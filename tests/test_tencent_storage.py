@@ -1,0 +1,106 @@
+"""Tencent storage and backup: CFS Turbo, COS checkpoint bucket, CBS data disks, snapshots, URN stability."""
+
+from components import catalog
+from conftest import inputs_of
+
+CFS = "tencentcloud:Cfs/fileSystem:FileSystem"
+BUCKET = "tencentcloud:Cos/bucket:Bucket"
+DISK = "tencentcloud:Cbs/storage:Storage"
+INSTANCE = "tencentcloud:Instance/instance:Instance"
+POLICY = "tencentcloud:Cbs/snapshotPolicy:SnapshotPolicy"
+POLICY_ATTACH = "tencentcloud:Cbs/snapshotPolicyAttachment:SnapshotPolicyAttachment"
+
+
+def test_turbo_file_system_on_a_ccn_with_allowed_capacity(sample_plan):
+    for stack, kind in (("tencent-large", "TB"), ("tencent-mid", "TP")):
+        plan = sample_plan(stack)
+        fs = plan.one(CFS)
+        row = catalog.limit("tencentcloud", "cfs_turbo")[kind]
+        cap = fs.inputs["capacity"]
+        assert fs.inputs["protocol"] == "TURBO" and fs.inputs["storageType"] == kind
+        assert cap >= row["min_gib"] and (cap - row["min_gib"]) % row["step_gib"] == 0
+        assert fs.inputs["netInterface"] == "CCN"
+        ccn = plan.one("tencentcloud:Ccn/instance:Instance")
+        assert fs.inputs["ccnId"] == ccn.id
+        attach = plan.one("tencentcloud:Ccn/attachmentV2:AttachmentV2").inputs
+        assert attach == {"ccnId": ccn.id, "instanceId": plan.one("tencentcloud:Vpc/instance:Instance").id,
+                          "instanceRegion": "ap-shanghai", "instanceType": "VPC"}
+        assert fs.inputs["accessGroupId"] == plan.one("tencentcloud:Cfs/accessGroup:AccessGroup").id
+        assert fs.protect and fs.inputs["tags"]["gpu-cluster:name"] == fs.name.removesuffix("-lustre")
+
+
+def test_turbo_range_sits_outside_the_vpc_and_the_subnet_may_mount_read_write(sample_plan):
+    plan = sample_plan("tencent-large")
+    assert plan.one(CFS).inputs["cidrBlock"] == "10.51.0.0/24"
+    rule = plan.one("tencentcloud:Cfs/accessRule:AccessRule").inputs
+    assert rule["authClientIp"] == "10.50.0.0/17"
+    assert rule["rwPermission"] == "RW" and rule["userPermission"] == "no_root_squash"
+
+
+def test_no_lustre_no_file_system(sample_plan):
+    plan = sample_plan("tencent-entry")
+    assert plan.of_type(CFS) == [] and plan.of_type("tencentcloud:Ccn/instance:Instance") == []
+
+
+def test_checkpoint_bucket_is_private_versioned_encrypted_with_lifecycle(sample_plan):
+    bucket = sample_plan("tencent-entry").one(BUCKET)
+    i = bucket.inputs
+    assert i["bucket"] == "tc-entry-checkpoints-1250000000"
+    assert i["acl"] == "private" and i["versioningEnable"] is True and i["encryptionAlgorithm"] == "AES256"
+    rules = {r["id"]: r for r in i["lifecycleRules"]}
+    assert rules["abort-incomplete-uploads"]["abortIncompleteMultipartUpload"] == {"daysAfterInitiation": 7}
+    assert rules["expire-old-versions"]["nonCurrentExpiration"] == {"nonCurrentDays": 30}
+    assert bucket.protect
+
+
+def test_one_encrypted_protected_data_disk_per_node_attached_to_it(sample_plan):
+    plan = sample_plan("tencent-large")
+    disks = sorted(plan.of_type(DISK), key=lambda r: r.name)
+    assert [d.name for d in disks] == ["tc-large-data-0", "tc-large-data-1"]
+    for d in disks:
+        assert d.protect and d.inputs["encrypt"] is True and d.inputs["storageSize"] == 2000
+        assert d.inputs["availabilityZone"] == "ap-shanghai-5"
+    nodes = sorted(plan.of_type(INSTANCE), key=lambda r: r.name)
+    attached = {(a["storageId"], a["instanceId"])
+                for a in inputs_of(plan, "tencentcloud:Cbs/storageAttachment:StorageAttachment")}
+    assert attached == {(d.id, n.id) for d, n in zip(disks, nodes)}
+
+
+def test_snapshot_policy_covers_every_data_disk_with_spec_hours_and_retention(sample_plan):
+    for stack, hours, retain in (("tencent-large", [0, 6, 12, 18], 14), ("tencent-entry", [0], 7)):
+        plan = sample_plan(stack)
+        policy = plan.one(POLICY)
+        assert policy.inputs["repeatHours"] == hours
+        assert policy.inputs["repeatWeekdays"] == [0, 1, 2, 3, 4, 5, 6]
+        assert policy.inputs["retentionDays"] == retain
+        attached = {a["storageId"] for a in inputs_of(plan, POLICY_ATTACH)}
+        assert attached == {d.id for d in plan.of_type(DISK)}
+        assert all(a["snapshotPolicyId"] == policy.id for a in inputs_of(plan, POLICY_ATTACH))
+
+
+def test_file_system_auto_snapshots(sample_plan):
+    plan = sample_plan("tencent-large")
+    policy = plan.one("tencentcloud:Cfs/autoSnapshotPolicy:AutoSnapshotPolicy")
+    assert policy.inputs["hour"] == "0,6,12,18" and policy.inputs["aliveDays"] == 14
+    attach = plan.one("tencentcloud:Cfs/autoSnapshotPolicyAttachment:AutoSnapshotPolicyAttachment").inputs
+    assert attach == {"autoSnapshotPolicyId": policy.id, "fileSystemIds": plan.one(CFS).id}
+
+
+def test_no_data_disks_no_cbs_policy(render_cluster):
+    plan = render_cluster("tencent-entry", {"storage": {"data_disk_gb": 0}})
+    assert plan.of_type(DISK) == [] and plan.of_type(POLICY) == [] and plan.of_type(POLICY_ATTACH) == []
+
+
+def test_stateful_urns_survive_instance_type_and_node_count_changes(sample_plan, render_cluster):
+    before = sample_plan("tencent-mid")
+    after = render_cluster("tencent-mid", {"instance_type": "GT4.20XLARGE474", "nodes": 4,
+                                           "purchase": "mixed"})
+    changed = render_cluster("tencent-entry", {"instance_type": "PNV4.7XLARGE116", "zone": "ap-guangzhou-7",
+                                               "nodes": 2})
+    for old, new in ((before, after), (sample_plan("tencent-entry"), changed)):
+        stateful = lambda plan: {r.urn: r for r in plan if r.type in (CFS, BUCKET, DISK)}
+        old_s, new_s = stateful(old), stateful(new)
+        assert set(old_s) <= set(new_s)
+        assert all(r.protect for r in new_s.values())
+    assert len([u for u in stateful(after) if "Cbs/storage:Storage" in u]) == 4
+    assert set(stateful(before)) - set(stateful(after)) == set()
