@@ -180,8 +180,9 @@ class Compute(pulumi.ComponentResource):
         role, profile = self._instance_role(name, args, child)
         cloudwatch_parameter = f"AmazonCloudWatch-{args.cluster_name}"
         # The managed CloudWatchAgentServerPolicy reads only parameters named AmazonCloudWatch-*.
+        # insecure_value: the configuration is no secret, so plans and PR reviews show its changes.
         aws.ssm.Parameter(f"{name}-cloudwatch-config", name=cloudwatch_parameter, type="String",
-                          value=args.agent_config, description=f"CloudWatch agent configuration of {args.cluster_name}",
+                          insecure_value=args.agent_config, description=f"CloudWatch agent configuration of {args.cluster_name}",
                           tags=tagged(args.tags, cloudwatch_parameter), opts=child)
 
         self.placement_group = None

@@ -1,0 +1,93 @@
+"""AWS budget and monitoring roles, plus the cluster's conventions (tokens, parents, tags, outputs)."""
+
+import json
+
+from components.aws.monitoring import agent_config
+
+BUDGET = "aws:budgets/budget:Budget"
+TOPIC = "aws:sns/topic:Topic"
+ALARM = "aws:cloudwatch/metricAlarm:MetricAlarm"
+ROLES = {"Cluster", "Network", "Compute", "Storage", "Backup", "Budget", "Monitoring"}
+
+
+def test_budget_notifications_per_threshold_plus_forecast(sample_plan):
+    plan = sample_plan("aws-large")
+    budget = plan.one(BUDGET).inputs
+    topic_arn = plan.one(TOPIC).outputs["arn"]
+    assert (budget["budgetType"], budget["timeUnit"], budget["limitUnit"]) == ("COST", "MONTHLY", "USD")
+    assert float(budget["limitAmount"]) == 95000
+    assert budget["costFilters"] == [{"name": "TagKeyValue", "values": ["user:gpu-cluster:name$llm-large"]}]
+    got = sorted((n["notificationType"], n["threshold"]) for n in budget["notifications"])
+    assert got == [("ACTUAL", 50), ("ACTUAL", 80), ("ACTUAL", 100), ("FORECASTED", 100)]
+    for n in budget["notifications"]:
+        assert n["thresholdType"] == "PERCENTAGE" and n["comparisonOperator"] == "GREATER_THAN"
+        assert n["subscriberEmailAddresses"] == ["mlops@example.com", "infra-oncall@example.com"]
+        assert n["subscriberSnsTopicArns"] == [topic_arn]
+
+    tag = plan.one("aws:costexplorer/costAllocationTag:CostAllocationTag").inputs
+    assert tag == {"tagKey": "gpu-cluster:name", "status": "Active"}
+    emails = sorted(r.inputs["endpoint"] for r in plan.of_type("aws:sns/topicSubscription:TopicSubscription")
+                    if r.inputs["protocol"] == "email" and r.inputs["topic"] == topic_arn)
+    assert emails == ["infra-oncall@example.com", "mlops@example.com"]
+    policy = json.loads(plan.one("aws:sns/topicPolicy:TopicPolicy").inputs["policy"])
+    publishers = {s["Principal"].get("Service") for s in policy["Statement"] if s["Action"] == "SNS:Publish"}
+    assert publishers == {"budgets.amazonaws.com", "cloudwatch.amazonaws.com"}
+
+
+def test_alarms_per_node_on_agent_metrics_to_the_topic(sample_plan):
+    plan = sample_plan("aws-large")
+    topic_arn = plan.one(TOPIC).outputs["arn"]
+    node_ids = sorted(r.id for r in plan.of_type("aws:ec2/instance:Instance"))
+    alarms = [r.inputs for r in plan.of_type(ALARM)]
+    assert len(alarms) == 3 * len(node_ids)
+    by_metric = {}
+    for a in alarms:
+        assert a["alarmActions"] == [topic_arn]
+        by_metric.setdefault(a["metricName"], []).append(a)
+    assert set(by_metric) == {"nvidia_smi_utilization_gpu", "nvidia_smi_temperature_gpu", "StatusCheckFailed"}
+    for metric, found in by_metric.items():
+        assert sorted(a["dimensions"]["InstanceId"] for a in found) == node_ids
+    for idle in by_metric["nvidia_smi_utilization_gpu"]:
+        assert idle["namespace"] == "CWAgent" and idle["comparisonOperator"] == "LessThanThreshold"
+        assert idle["threshold"] == 10 and idle["period"] * idle["evaluationPeriods"] == 2 * 3600
+    for hot in by_metric["nvidia_smi_temperature_gpu"]:
+        assert hot["namespace"] == "CWAgent" and hot["comparisonOperator"] == "GreaterThanThreshold"
+    for status in by_metric["StatusCheckFailed"]:
+        assert status["namespace"] == "AWS/EC2"
+
+
+def test_agent_config_publishes_what_the_alarms_watch(sample_plan):
+    config = json.loads(agent_config())
+    metrics = config["metrics"]
+    assert metrics["namespace"] == "CWAgent"
+    assert {"utilization_gpu", "temperature_gpu"} <= set(metrics["metrics_collected"]["nvidia_gpu"]["measurement"])
+    assert metrics["append_dimensions"] == {"InstanceId": "${aws:InstanceId}"}
+    assert metrics["aggregation_dimensions"] == [["InstanceId"]]
+    param = sample_plan("aws-large").one("aws:ssm/parameter:Parameter").inputs
+    assert param["name"] == "AmazonCloudWatch-llm-large" and json.loads(param["insecureValue"]) == config
+
+
+def test_components_tokens_parents_and_tags(sample_plan):
+    plan = sample_plan("aws-large")
+    components = {r.urn: r for r in plan.resources if r.type.startswith("gpu-cluster:aws:")}
+    assert {r.type.rsplit(":", 1)[-1] for r in components.values()} == ROLES
+    for r in components.values():
+        assert r.name == "llm-large" or r.name == f"llm-large-{r.type.rsplit(':', 1)[-1].lower()}"
+    for r in plan.custom():
+        parent = components.get(r.parent)
+        assert parent is not None and parent.type != "gpu-cluster:aws:Cluster", r.urn
+        assert r.name.startswith(parent.name + "-"), r.urn
+        if "tags" in r.inputs:
+            assert {"gpu-cluster:name": "llm-large", "gpu-cluster:tier": "large", "gpu-cluster:criticality": "critical",
+                    "managed-by": "pulumi", "team": "pretraining"}.items() <= r.inputs["tags"].items(), r.urn
+
+
+def test_stack_outputs(sample_plan):
+    plan = sample_plan("aws-large")
+    out = plan.stack.outputs
+    assert set(out) == {"vpc_id", "subnet_id", "placement_group", "node_ids", "fsx_dns_name", "fsx_mount_name",
+                        "checkpoint_bucket", "budget_name", "alarm_topic_arn", "connect"}
+    assert out["node_ids"] == [r.id for r in sorted(plan.of_type("aws:ec2/instance:Instance"), key=lambda r: r.name)]
+    assert out["connect"] == f"aws ssm start-session --target {out['node_ids'][0]} --region us-east-1"
+    assert out["fsx_dns_name"].endswith(".fsx.us-east-1.amazonaws.com") and out["fsx_mount_name"]
+    assert out["checkpoint_bucket"] == plan.one("aws:s3/bucket:Bucket").outputs["bucket"]

@@ -1,0 +1,135 @@
+"""AWS compute role: placement group, launch template (EFA layout, IMDSv2, root), nodes and purchase."""
+
+import json
+
+import pytest
+
+from components.aws.compute import market, network_interfaces, wants_placement_group
+
+PG = "aws:ec2/placementGroup:PlacementGroup"
+LT = "aws:ec2/launchTemplate:LaunchTemplate"
+INSTANCE = "aws:ec2/instance:Instance"
+SUBNET = "aws:ec2/subnet:Subnet"
+
+
+def _nodes(plan):
+    return sorted(plan.of_type(INSTANCE), key=lambda r: int(r.name.rsplit("-", 1)[-1]))
+
+
+def _node_subnet_id(plan):
+    return next(r.id for r in plan.of_type(SUBNET) if r.name.endswith("-network-subnet"))
+
+
+def test_pure_layout_and_rules():
+    assert [(n.network_card_index, n.device_index, n.interface_type) for n in network_interfaces(4)] == [
+        (0, 0, "efa"), (1, 0, "efa-only"), (2, 0, "efa-only"), (3, 0, "efa-only")]
+    assert [n.interface_type for n in network_interfaces(0)] == [None]
+    assert wants_placement_group(2, "entry") and wants_placement_group(1, "large")
+    assert not wants_placement_group(1, "mid")
+    assert [market("mixed", i) for i in range(3)] == ["on_demand", "spot", "spot"]
+    assert market("spot", 0) == "spot" and market("on_demand", 5) == "on_demand"
+
+
+def test_large_has_one_cluster_placement_group_and_32_efa_cards(sample_plan):
+    plan = sample_plan("aws-large")
+    group = plan.one(PG)
+    assert group.inputs["strategy"] == "cluster"
+    nodes = _nodes(plan)
+    assert len(nodes) == 2
+    assert {n.inputs["placementGroup"] for n in nodes} == {group.outputs["name"]}
+
+    template = plan.one(LT).inputs
+    assert template["instanceType"] == "p5.48xlarge"
+    assert template["placement"]["groupName"] == group.outputs["name"]
+    nics = template["networkInterfaces"]
+    assert len(nics) == 32
+    assert sorted(int(n["networkCardIndex"]) for n in nics) == list(range(32))
+    assert all(n["interfaceType"] in ("efa", "efa-only") for n in nics)
+    primary = [n for n in nics if n["networkCardIndex"] == 0]
+    assert primary[0]["interfaceType"] == "efa" and primary[0]["deviceIndex"] == 0
+    assert {n["subnetId"] for n in nics} == {_node_subnet_id(plan)}
+    sg = next(r.id for r in plan.of_type("aws:ec2/securityGroup:SecurityGroup") if r.name.endswith("-network-nodes"))
+    assert all(n["securityGroups"] == [sg] and n["deleteOnTermination"] == "true" for n in nics)
+    # No public IP: never requested (several interfaces) and the subnet maps none.
+    assert not any(n.get("associatePublicIpAddress") == "true" for n in nics)
+
+
+def test_imdsv2_encrypted_root_and_nodes_in_zone(sample_plan):
+    plan = sample_plan("aws-large")
+    template = plan.one(LT).inputs
+    assert template["metadataOptions"]["httpTokens"] == "required"
+    root = template["blockDeviceMappings"][0]
+    assert root["deviceName"] == "/dev/sda1"
+    assert root["ebs"] == {"volumeType": "gp3", "volumeSize": 500, "encrypted": "true", "deleteOnTermination": "true"}
+    assert template["imageId"].startswith("ami-")
+    for node in _nodes(plan):
+        assert node.inputs["metadataOptions"]["httpTokens"] == "required"
+        assert node.inputs["rootBlockDevice"]["encrypted"] is True
+        assert node.inputs["launchTemplate"]["id"] == plan.one(LT).id
+        assert node.inputs["availabilityZone"] == "us-east-1a"
+        assert node.outputs["subnetId"] == _node_subnet_id(plan)
+        assert "associatePublicIpAddress" not in node.inputs and "subnetId" not in node.inputs
+        assert node.inputs["disableApiTermination"] is True  # critical
+        assert "instanceMarketOptions" not in node.inputs  # on_demand
+    # Everything with a zone is in the cluster's zone.
+    zones = {r.props["availabilityZone"] for r in plan.custom() if r.props.get("availabilityZone")}
+    assert zones == {"us-east-1a"}
+
+
+def test_entry_single_node_has_no_placement_group_and_plain_ena(sample_plan):
+    plan = sample_plan("aws-entry")
+    assert not plan.of_type(PG)
+    template = plan.one(LT).inputs
+    assert template["instanceType"] == "g4dn.xlarge"
+    assert "groupName" not in template["placement"]
+    assert template["networkInterfaces"] == [{
+        "deviceIndex": 0, "networkCardIndex": 0, "subnetId": _node_subnet_id(plan),
+        "securityGroups": template["networkInterfaces"][0]["securityGroups"],
+        "deleteOnTermination": "true", "associatePublicIpAddress": "false"}]
+    node = plan.one(INSTANCE).inputs
+    assert "placementGroup" not in node and node["disableApiTermination"] is False
+
+
+def test_mid_p4d_has_four_efa_cards_and_no_group_for_one_node(sample_plan):
+    plan = sample_plan("aws-mid")
+    nics = plan.one(LT).inputs["networkInterfaces"]
+    assert [(n["networkCardIndex"], n["interfaceType"]) for n in nics] == [
+        (0, "efa"), (1, "efa-only"), (2, "efa-only"), (3, "efa-only")]
+    assert not plan.of_type(PG)
+
+
+@pytest.mark.parametrize("purchase, expected", [
+    ("mixed", ["on_demand", "spot", "spot"]),
+    ("spot", ["spot", "spot", "spot"]),
+])
+def test_purchase_maps_to_per_node_market(render_cluster, purchase, expected):
+    plan = render_cluster("aws-entry", {"nodes": 3, "purchase": purchase, "image_id": "ami-0123456789abcdef0"})
+    nodes = _nodes(plan)
+    seen = []
+    for node in nodes:
+        options = node.inputs.get("instanceMarketOptions")
+        if options is None:
+            seen.append("on_demand")
+            continue
+        assert options == {"marketType": "spot", "spotOptions": {
+            "instanceInterruptionBehavior": "terminate", "spotInstanceType": "one-time"}}
+        seen.append("spot")
+        assert node.inputs["tags"]["gpu-cluster:market"] == "spot"
+    assert seen == expected
+    # Three entry nodes are packed too; the given image replaces the DLAMI lookup.
+    assert plan.one(PG).inputs["strategy"] == "cluster"
+    assert plan.one(LT).inputs["imageId"] == "ami-0123456789abcdef0"
+
+
+def test_instance_role_is_least_privilege(sample_plan):
+    plan = sample_plan("aws-large")
+    attached = sorted(r.inputs["policyArn"] for r in plan.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+                      if "-compute-" in r.name)
+    assert attached == ["arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore",
+                        "arn:aws:iam::aws:policy/CloudWatchAgentServerPolicy"]
+    inline = [json.loads(r.inputs["policy"]) for r in plan.of_type("aws:iam/rolePolicy:RolePolicy")
+              if "-compute-" in r.name]
+    bucket_arn = plan.one("aws:s3/bucket:Bucket").outputs["arn"]
+    resources = {s["Resource"] for doc in inline for s in doc["Statement"]}
+    assert resources == {bucket_arn, bucket_arn + "/*"}
+    assert not [a for doc in inline for s in doc["Statement"] for a in s["Action"] if "*" in a]
