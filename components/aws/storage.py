@@ -167,23 +167,15 @@ class Storage(pulumi.ComponentResource):
             opts=child)
         aws.s3.BucketServerSideEncryptionConfiguration(
             f"{bucket_name}-encryption", bucket=bucket.id,
-            rules=[aws.s3.BucketServerSideEncryptionConfigurationRuleArgs(
-                apply_server_side_encryption_by_default=aws.s3.BucketServerSideEncryptionConfigurationRuleApplyServerSideEncryptionByDefaultArgs(
-                    sse_algorithm="AES256"))],
+            rules=[{"apply_server_side_encryption_by_default": {"sse_algorithm": "AES256"}}],
             opts=child)
         aws.s3.BucketLifecycleConfiguration(
             f"{bucket_name}-lifecycle", bucket=bucket.id,
             rules=[
-                aws.s3.BucketLifecycleConfigurationRuleArgs(
-                    id="abort-incomplete-uploads", status="Enabled",
-                    filter=aws.s3.BucketLifecycleConfigurationRuleFilterArgs(prefix=""),
-                    abort_incomplete_multipart_upload=aws.s3.BucketLifecycleConfigurationRuleAbortIncompleteMultipartUploadArgs(
-                        days_after_initiation=7)),
-                aws.s3.BucketLifecycleConfigurationRuleArgs(
-                    id="expire-noncurrent-versions", status="Enabled",
-                    filter=aws.s3.BucketLifecycleConfigurationRuleFilterArgs(prefix=""),
-                    noncurrent_version_expiration=aws.s3.BucketLifecycleConfigurationRuleNoncurrentVersionExpirationArgs(
-                        noncurrent_days=30)),
+                {"id": "abort-incomplete-uploads", "status": "Enabled", "filter": {"prefix": ""},
+                 "abort_incomplete_multipart_upload": {"days_after_initiation": 7}},
+                {"id": "expire-noncurrent-versions", "status": "Enabled", "filter": {"prefix": ""},
+                 "noncurrent_version_expiration": {"noncurrent_days": 30}},
             ],
             opts=child)
         aws.s3.BucketPolicy(
