@@ -59,8 +59,13 @@ def test_node_security_group_only_wide_rule_is_itself(sample_plan):
     ingress = _rules_of(plan, INGRESS, sg.id)
     egress = _rules_of(plan, EGRESS, sg.id)
     # Exactly one all-traffic ingress rule, and it references the group itself (EFA).
-    assert [r for r in ingress if r["ipProtocol"] == "-1"] == ingress
-    assert len(ingress) == 1 and ingress[0]["referencedSecurityGroupId"] == sg.id and "cidrIpv4" not in ingress[0]
+    wide = [r for r in ingress if r["ipProtocol"] == "-1"]
+    assert len(wide) == 1 and wide[0]["referencedSecurityGroupId"] == sg.id and "cidrIpv4" not in wide[0]
+    # Everything else inbound is the Lustre client ports, from the file system's group only.
+    fsx_sg = plan.one("aws:fsx/lustreFileSystem:LustreFileSystem").inputs["securityGroupIds"][0]
+    rest = [r for r in ingress if r["ipProtocol"] != "-1"]
+    assert {(r["referencedSecurityGroupId"], r["ipProtocol"], r["fromPort"], r["toPort"]) for r in rest} == {
+        (fsx_sg, "tcp", 988, 988), (fsx_sg, "tcp", 1018, 1023)}
     # Egress: to itself (EFA) and anywhere (NAT / S3).
     assert {r.get("referencedSecurityGroupId") or r.get("cidrIpv4") for r in egress} == {sg.id, "0.0.0.0/0"}
     # No ingress from anywhere on any security group of the cluster.

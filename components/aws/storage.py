@@ -111,6 +111,16 @@ class Storage(pulumi.ComponentResource):
                               ip_protocol="tcp", from_port=low, to_port=high,
                               description=f"Lustre {ports} {'from' if direction == 'in' else 'to'} {peer}",
                               tags=tagged(args.tags, rule), opts=child)
+        # The client side too: AWS lists inbound 988 and 1018-1023 from the file system's group on
+        # the Lustre clients' security group (LustreGuide "limit-access-security-groups", client
+        # rules), since the servers open connections back to the clients. Scoped to the FSx group.
+        for low, high in LUSTRE_PORTS:
+            ports = f"{low}" if low == high else f"{low}-{high}"
+            rule = f"{name}-lustre-client-in-{ports}"
+            aws.vpc.SecurityGroupIngressRule(
+                rule, security_group_id=args.node_security_group_id, referenced_security_group_id=sg.id,
+                ip_protocol="tcp", from_port=low, to_port=high, description=f"Lustre {ports} from the file system",
+                tags=tagged(args.tags, rule), opts=child)
 
         fs_name = f"{name}-lustre"
         # Encryption at rest is always on for FSx for Lustre persistent file systems (AWS-managed key
