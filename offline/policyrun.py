@@ -1,0 +1,366 @@
+"""Run the CrossGuard pack's own policy objects on a plan or `pulumi stack export` file (DESIGN §5).
+
+An adapter plays the part of the Pulumi engine and of the SDK's analyzer server
+(`pulumi_policy.policy._PolicyAnalyzerServicer`):
+
+- config: the engine's reconciliation — schema defaults, then the `--policy-config` file (Pulumi's
+  format: `{"all": "advisory", "<policy>": "disabled" | {"enforcementLevel": ..., <property>: ...}}`),
+  validated against each policy's schema; values travel as protobuf `Struct`s, so numbers are floats;
+- resource policies: `Analyze` once per resource with `ResourceValidationArgs` (inputs, options,
+  provider, config); stack policies: `AnalyzeStack` with `StackValidationArgs` of `PolicyResource`s
+  (outputs, parents and dependencies linked) — properties deserialized and wrapped in the SDK's
+  unknown-checking proxy exactly as the analyzer does;
+- enforcement: disabled policies do not run, remediate reports as mandatory, an unknown value read
+  during validation becomes an advisory "can't run during preview" diagnostic, `not_applicable` is silent.
+
+Two things a real engine has that a plan lacks are filled in: the physical `id` of each resource is
+put into its properties when they do not carry one (bridged providers' outputs do), and the
+`budget-covers-estimate` policy receives the pricer's estimate as its `monthlyEstimate` config.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import sys
+from dataclasses import asdict, dataclass
+from inspect import isawaitable
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from google.protobuf import json_format, struct_pb2
+from pulumi_policy import (EnforcementLevel, PolicyCustomTimeouts, PolicyProviderResource, PolicyResource,
+                           PolicyResourceOptions, ResourceValidationArgs, ResourceValidationPolicy,
+                           StackValidationArgs, StackValidationPolicy)
+from pulumi_policy.deserialize import SPECIAL_SECRET_SIG, SPECIAL_SIG_KEY, deserialize_properties
+from pulumi_policy.policy import _NotApplicableError
+from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, UnknownValueError, unknown_checking_proxy
+
+from offline.plan import Plan, Resource
+
+POLICIES_DIR = Path(__file__).resolve().parent.parent / "policies"
+if str(POLICIES_DIR) not in sys.path:
+    sys.path.insert(0, str(POLICIES_DIR))
+
+import gpu_guardrails  # noqa: E402  (the pack's own rule modules, the same objects policies/__main__.py serves)
+
+POLICIES = gpu_guardrails.ALL_POLICIES
+PACK_NAME = gpu_guardrails.PACK_NAME
+PACK_ENFORCEMENT = EnforcementLevel.MANDATORY  # policies/__main__.py: PolicyPack(enforcement_level=...)
+ESTIMATE_POLICY = "budget-covers-estimate"
+_LEVELS = {e.value: e for e in EnforcementLevel}
+
+
+@dataclass(frozen=True)
+class Violation:
+    policy: str
+    enforcement: str  # "mandatory" | "advisory"
+    urn: str
+    message: str
+
+    def as_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+# ---- policy config (the engine's ReconcilePolicyPackConfig) ------------------------------------------
+
+def load_policy_config(path: Optional[str]) -> Optional[dict]:
+    """Read and check a policy-config JSON file; None when no path is given. Bad files raise ValueError."""
+    if not path:
+        return None
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ValueError(f"policy config {path} cannot be read: {e.strerror or e}") from None
+    if not text.strip():
+        return {}
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"policy config {path} is not JSON: {e.msg} at line {e.lineno}") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"policy config {path} must be a JSON object mapping policy names to settings")
+    problems = _config_problems(doc)
+    if problems:
+        raise ValueError(f"policy config {path} is invalid: " + "; ".join(problems))
+    return doc
+
+
+def _split(value: Any) -> tuple[Optional[EnforcementLevel], dict]:
+    if isinstance(value, str):
+        return _LEVELS[value], {}
+    props = dict(value)
+    level = props.pop("enforcementLevel", None)
+    return (_LEVELS[level] if level is not None else None), props
+
+
+def _config_problems(doc: dict) -> list[str]:
+    names = {p.name: p for p in POLICIES}
+    problems = []
+    for key, value in doc.items():
+        if key != "all" and key not in names:
+            problems.append(f"{key!r} is not a policy of {PACK_NAME}; known: {', '.join(sorted(names))}")
+            continue
+        if isinstance(value, str):
+            level = value
+        elif isinstance(value, dict):
+            level = value.get("enforcementLevel")
+        else:
+            problems.append(f"{key!r} must be an enforcement level or an object, got {json.dumps(value)}")
+            continue
+        if level is not None and level not in _LEVELS:
+            problems.append(f"{key!r}: enforcement level {level!r} is not one of {', '.join(_LEVELS)}")
+    if problems:
+        return problems
+    for name, (_, props) in _reconcile(doc).items():
+        schema = names[name].config_schema
+        if schema is not None:
+            problems += [f"{name}: {p}" for p in _schema_problems(
+                {"type": "object", "properties": schema.properties, "required": schema.required or []}, props, "")]
+    return problems
+
+
+def _reconcile(doc: Optional[dict]) -> dict[str, tuple[EnforcementLevel, dict]]:
+    """policy name → (enforcement level, config properties): defaults, then `all`, then per policy."""
+    result = {}
+    for p in POLICIES:
+        defaults = {k: copy.deepcopy(v["default"]) for k, v in (p.config_schema.properties if p.config_schema else {}).items()
+                    if "default" in v}
+        result[p.name] = (p.enforcement_level or PACK_ENFORCEMENT, defaults)
+    doc = doc or {}
+    if "all" in doc:
+        level, _ = _split(doc["all"])
+        if level is not None:
+            result = {k: (level, props) for k, (_, props) in result.items()}
+    for name, value in doc.items():
+        if name == "all" or name not in result:
+            continue
+        level, props = _split(value)
+        old_level, old_props = result[name]
+        result[name] = (level or old_level, {**old_props, **props})
+    return result
+
+
+_JSON_TYPES = {
+    "string": lambda v: isinstance(v, str),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool) or isinstance(v, float) and v.is_integer(),
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "boolean": lambda v: isinstance(v, bool),
+    "array": lambda v: isinstance(v, list),
+    "object": lambda v: isinstance(v, dict),
+    "null": lambda v: v is None,
+}
+
+
+def _schema_problems(schema: dict, value: Any, where: str) -> list[str]:
+    """The JSON-schema subset the pack's schemas use (type, enum, minimum/maximum, items, properties)."""
+    at = where or "config"
+    kind = schema.get("type")
+    if kind and not _JSON_TYPES[kind](value):
+        return [f"{at} must be {'an' if kind[0] in 'aeiou' else 'a'} {kind}, got {json.dumps(value)}"]
+    problems = []
+    if "enum" in schema and value not in schema["enum"]:
+        problems.append(f"{at} must be one of {schema['enum']}, got {json.dumps(value)}")
+    if "minimum" in schema and isinstance(value, (int, float)) and value < schema["minimum"]:
+        problems.append(f"{at} must be at least {schema['minimum']}, got {value}")
+    if "maximum" in schema and isinstance(value, (int, float)) and value > schema["maximum"]:
+        problems.append(f"{at} must be at most {schema['maximum']}, got {value}")
+    if isinstance(value, list) and "items" in schema:
+        for i, v in enumerate(value):
+            problems += _schema_problems(schema["items"], v, f"{at}[{i}]")
+    if isinstance(value, dict):
+        props = schema.get("properties", {})
+        for k in schema.get("required", []):
+            if k not in value:
+                problems.append(f"{at}.{k} is required")
+        for k, v in value.items():
+            sub = props.get(k, schema.get("additionalProperties"))
+            if isinstance(sub, dict):
+                problems += _schema_problems(sub, v, f"{where}.{k}" if where else k)
+    return problems
+
+
+def _as_engine_value(value: Any) -> Any:
+    """What a value looks like after a trip through a protobuf Struct (the analyzer's RPC): ints become floats."""
+    s = struct_pb2.Struct()
+    s.update({"v": value})
+    return json_format.MessageToDict(s)["v"]
+
+
+# ---- properties as the analyzer sees them ---------------------------------------------------------------
+
+def _engine_props(props: dict[str, Any]) -> dict[str, Any]:
+    """Secrets decoded where the export has plaintext, unknown where only ciphertext; through a Struct."""
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, dict):
+            if v.get(SPECIAL_SIG_KEY) == SPECIAL_SECRET_SIG:
+                if "value" in v:
+                    return {SPECIAL_SIG_KEY: SPECIAL_SECRET_SIG, "value": walk(v["value"])}
+                if "plaintext" in v:
+                    try:
+                        return walk(json.loads(v["plaintext"]))
+                    except (TypeError, json.JSONDecodeError):
+                        return v["plaintext"]
+                return UNKNOWN_STRING_VALUE
+            return {str(k): walk(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [walk(x) for x in v]
+        return v
+
+    return deserialize_properties(_as_engine_value(walk(props)) or {})
+
+
+def _with_id(props: dict[str, Any], res: Resource) -> dict[str, Any]:
+    if res.id and "id" not in props:
+        return {**props, "id": res.id}
+    return props
+
+
+def _options(res: Resource) -> PolicyResourceOptions:
+    return PolicyResourceOptions(res.protect, [], None, [], PolicyCustomTimeouts(0, 0, 0), [], res.parent or None)
+
+
+def _provider(res: Resource, by_urn: dict[str, Resource]) -> Optional[PolicyProviderResource]:
+    if not res.provider:
+        return None
+    urn = res.provider.rsplit("::", 1)[0] if res.provider.count("::") > 3 else res.provider
+    prov = by_urn.get(urn)
+    if prov is None:
+        return None
+    return PolicyProviderResource(prov.type, unknown_checking_proxy(_engine_props(prov.props)), prov.urn, prov.name)
+
+
+# ---- running ------------------------------------------------------------------------------------------
+
+Pricer = Callable[[Plan], Any]
+
+
+def _default_pricer() -> Optional[Pricer]:
+    try:
+        from offline.pricing import price_plan
+    except ImportError:
+        return None
+    return price_plan
+
+
+def _estimate(plan: Plan, pricer: Optional[Pricer]) -> Optional[dict]:
+    if pricer is None:
+        return None
+    cost = pricer(plan)
+    total = getattr(cost, "total", None)
+    if total is None:
+        return None
+    unpriced = getattr(cost, "unpriced", None) or []
+    return {"total": float(total), "currency": str(getattr(cost, "currency", "")),
+            "unpriced": unpriced if isinstance(unpriced, int) else len(unpriced)}
+
+
+def _run(policy: Any, args: Any, level: EnforcementLevel, urn_default: str, out: list[Violation],
+         is_stack: bool) -> None:
+    reported = "mandatory" if level in (EnforcementLevel.MANDATORY, EnforcementLevel.REMEDIATE) else level.value
+
+    def report_violation(message: str, urn: Optional[str] = None) -> None:
+        if message and not isinstance(message, str):
+            raise TypeError("Expected message to be a string")
+        if urn is not None and not isinstance(urn, str):
+            raise TypeError("Expected urn to be a string")
+        # Resource validations always report against the resource; stack ones against `urn` or the stack.
+        out.append(Violation(policy.name, reported, (urn or "") if is_stack else urn_default,
+                             message or policy.description))
+
+    try:
+        result = policy.validate(args, report_violation)
+        if isawaitable(result):
+            loop = asyncio.new_event_loop()
+            try:
+                loop.run_until_complete(result)
+            finally:
+                loop.close()
+    except UnknownValueError as e:
+        out.append(Violation(policy.name, "advisory", "",
+                             f"can't run policy '{policy.name}' from policy pack '{PACK_NAME}' during preview: "
+                             f"{e.message}"))
+    except _NotApplicableError:
+        pass
+    except Exception as e:  # a rule bug: name it instead of a bare traceback
+        raise RuntimeError(f"policy {policy.name} failed on {urn_default or 'the stack'}: "
+                           f"{type(e).__name__}: {e}") from e
+
+
+def run_policies(plan: Plan, config: Optional[dict] = None, pricer: Optional[Pricer] = None) -> list[Violation]:
+    """Every violation the pack reports on `plan`, resource policies first, in plan order.
+
+    `config` is a policy-config document (see `load_policy_config`). `pricer(plan)` returns an object
+    with `.total`, `.currency` and `.unpriced`; by default `offline.pricing.price_plan` when it imports.
+    """
+    problems = _config_problems(config or {})
+    if problems:
+        raise ValueError("policy config is invalid: " + "; ".join(problems))
+    settings = _reconcile(config)
+    if ESTIMATE_POLICY in settings and "monthlyEstimate" not in settings[ESTIMATE_POLICY][1] \
+            and settings[ESTIMATE_POLICY][0] != EnforcementLevel.DISABLED:
+        estimate = _estimate(plan, pricer if pricer is not None else _default_pricer())
+        if estimate is not None:
+            settings[ESTIMATE_POLICY][1]["monthlyEstimate"] = estimate
+    engine_config = {name: _as_engine_value(props) for name, (_, props) in settings.items()}
+
+    by_urn = plan.by_urn()
+    violations: list[Violation] = []
+    analyzed = [r for r in plan.resources if r.type != "pulumi:pulumi:Stack"]
+
+    resource_policies = [p for p in POLICIES if isinstance(p, ResourceValidationPolicy)
+                         and settings[p.name][0] != EnforcementLevel.DISABLED]
+    for res in analyzed:
+        base = _with_id(_engine_props(res.inputs if res.inputs else res.outputs), res)
+        opts, provider = _options(res), _provider(res, by_urn)
+        for policy in resource_policies:
+            args = ResourceValidationArgs(res.type, unknown_checking_proxy(copy.deepcopy(base)), res.urn, res.name,
+                                          opts, provider, engine_config[policy.name] or None)
+            _run(policy, args, settings[policy.name][0], res.urn, violations, is_stack=False)
+
+    for policy in POLICIES:
+        if not isinstance(policy, StackValidationPolicy) or settings[policy.name][0] == EnforcementLevel.DISABLED:
+            continue
+        resources = _policy_resources(plan, by_urn)
+        args = StackValidationArgs(resources, engine_config[policy.name] or None)
+        _run(policy, args, settings[policy.name][0], "", violations, is_stack=True)
+    return violations
+
+
+def _policy_resources(plan: Plan, by_urn: dict[str, Resource]) -> list[PolicyResource]:
+    out: dict[str, PolicyResource] = {}
+    for r in plan.resources:
+        out[r.urn] = PolicyResource(r.type, unknown_checking_proxy(_with_id(_engine_props(r.props), r)), r.urn, r.name,
+                                    _options(r), _provider(r, by_urn), None, [], {})
+    for r in plan.resources:
+        pr = out[r.urn]
+        if r.parent in out:
+            pr.parent = out[r.parent]
+        pr.dependencies.extend(out[d] for d in r.dependencies if d in out)
+    return list(out.values())
+
+
+# ---- output -------------------------------------------------------------------------------------------
+
+def _resource_label(urn: str) -> str:
+    if not urn:
+        return "(stack)"
+    parts = urn.split("::")
+    return f"{parts[-1]} ({parts[-2].rsplit('$', 1)[-1].rsplit(':', 1)[-1]})" if len(parts) >= 4 else urn
+
+
+def format_violations(violations: list[Violation]) -> str:
+    """A table of violations (mandatory first) and a one-line summary."""
+    if not violations:
+        return f"no policy violations ({len(POLICIES)} policies of {PACK_NAME} checked)"
+    rows = sorted(violations, key=lambda v: (v.enforcement != "mandatory", v.policy, v.urn))
+    header = ["level", "policy", "resource", "message"]
+    cells = [[v.enforcement, v.policy, _resource_label(v.urn), v.message] for v in rows]
+    widths = [max(len(c[i]) for c in [header] + cells) for i in range(3)]
+    line = lambda c: "  ".join([c[0].ljust(widths[0]), c[1].ljust(widths[1]), c[2].ljust(widths[2]), c[3]])  # noqa: E731
+    mandatory = sum(v.enforcement == "mandatory" for v in violations)
+    return "\n".join([line(header), line(["-" * w for w in widths] + ["-" * 7])] + [line(c) for c in cells] + [
+        f"{len(violations)} violation(s), {mandatory} mandatory"])

@@ -1,0 +1,139 @@
+"""Defensive reading of engine properties (camelCase, possibly unknown during preview).
+
+The analyzer hands a policy its properties wrapped in the SDK's unknown-checking proxy: reading a
+value that is not known yet raises `UnknownValueError`, and numbers arrive as floats (they travel as
+protobuf `Struct` values). Rules read through `get` so that a missing or unknown value is a value
+(`None` or `UNKNOWN`), never a crash or a "can't run during preview" diagnostic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Iterable, Optional
+
+try:
+    from pulumi_policy.proxy import UnknownValueError, _is_unknown
+except ImportError:  # pragma: no cover - the pack always runs with pulumi-policy installed
+    UnknownValueError = LookupError  # type: ignore[misc,assignment]
+
+    def _is_unknown(o: Any) -> bool:
+        return False
+
+
+class _Unknown:
+    """A value the engine will only know after the update (an output of a resource not yet created)."""
+
+    _instance: Optional["_Unknown"] = None
+
+    def __new__(cls) -> "_Unknown":
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "<unknown>"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+UNKNOWN = _Unknown()
+
+CLUSTER_TAG = "gpu-cluster:name"
+TIER_TAG = "gpu-cluster:tier"
+CRITICALITY_TAG = "gpu-cluster:criticality"
+
+
+def get(obj: Any, path: str | Iterable[Any] = (), default: Any = None) -> Any:
+    """`obj` at `path` ("a.b.0.c" or a sequence of keys): the value, `UNKNOWN`, or `default` if absent."""
+    keys = path.split(".") if isinstance(path, str) and path else list(path)
+    cur = obj
+    try:
+        if _is_unknown(cur):
+            return UNKNOWN
+        for key in keys:
+            if cur is None or cur is UNKNOWN:
+                return default if cur is None else UNKNOWN
+            if isinstance(cur, Mapping):
+                if key not in cur:
+                    return default
+                cur = cur[key]
+            elif isinstance(cur, Sequence) and not isinstance(cur, (str, bytes)):
+                idx = int(key)
+                if not -len(cur) <= idx < len(cur):
+                    return default
+                cur = cur[idx]
+            else:
+                return default
+            if _is_unknown(cur):
+                return UNKNOWN
+    except UnknownValueError:
+        return UNKNOWN
+    except (ValueError, TypeError, KeyError, IndexError):
+        return default
+    return default if cur is None else cur
+
+
+def known(value: Any) -> bool:
+    return value is not None and value is not UNKNOWN
+
+
+def items(value: Any) -> list[Any]:
+    """The elements of a list property; [] when missing, unknown or not a list (elements may be UNKNOWN)."""
+    if not known(value) or isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Sequence):
+        return []
+    return [get(value, (i,)) for i in range(len(value))]
+
+
+def as_str(value: Any) -> Optional[str]:
+    return value if isinstance(value, str) and not _is_unknown(value) else None
+
+
+def as_number(value: Any) -> Optional[float]:
+    """Numbers come as floats from the engine and as strings from some providers ("100.5")."""
+    if isinstance(value, bool) or not known(value):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value.strip())
+        except ValueError:
+            return None
+    return None
+
+
+def as_int(value: Any) -> Optional[int]:
+    n = as_number(value)
+    return int(n) if n is not None else None
+
+
+def as_bool(value: Any) -> Optional[bool]:
+    """True/False, also from the strings "true"/"false" some AWS launch-template fields use."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    return None
+
+
+def tags_of(props: Any) -> dict[str, str]:
+    """Tags as a dict: a `tags` map, or an autoscaling group's list of {key, value}."""
+    raw = get(props, "tags")
+    out: dict[str, str] = {}
+    if isinstance(raw, Mapping):
+        for k in list(raw):
+            v = get(raw, (k,))
+            if isinstance(v, str):
+                out[str(k)] = v
+    else:
+        for tag in items(raw):
+            k, v = as_str(get(tag, "key")), as_str(get(tag, "value"))
+            if k is not None and v is not None:
+                out[k] = v
+    return out
+
+
+def short(urn: str) -> str:
+    """The logical name of a URN (its last segment)."""
+    return urn.rsplit("::", 1)[-1] if urn else "the stack"
