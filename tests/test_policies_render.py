@@ -1,0 +1,155 @@
+"""The policy pack on mocked renders of the real program: sample stacks and spec variants."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from offline.cli import EXIT_VIOLATION, cmd_plan
+from offline.plan import Plan
+from offline.policyrun import run_policies
+from offline.render import SAMPLE_STACKS, render
+
+from conftest import stack_with
+
+_DOCS: dict[str, dict] = {}
+
+
+def doc_of(stack: str) -> dict:
+    if stack not in _DOCS:
+        _DOCS[stack] = render(stack_with(stack)).plan()
+    return copy.deepcopy(_DOCS[stack])
+
+
+def found(plan: Plan, **kw) -> set[tuple[str, str]]:
+    return {(v.policy, v.urn.rsplit("::", 1)[-1]) for v in run_policies(plan, **kw)}
+
+
+def nodes(plan: Plan) -> list[str]:
+    types = ("aws:ec2/instance:Instance", "tencentcloud:Instance/instance:Instance")
+    return [r.name for r in plan.resources if r.type in types]
+
+
+def drop(resource: dict, key: str) -> None:
+    """Remove a property from a rendered resource (the mocks echo inputs into outputs)."""
+    resource["inputs"].pop(key, None)
+    resource["outputs"].pop(key, None)
+
+
+def first(doc: dict, type_: str) -> dict:
+    return next(r for r in doc["deployment"]["resources"] if r["type"] == type_)
+
+
+@pytest.mark.parametrize("stack", SAMPLE_STACKS)
+def test_sample_stacks_pass_clean(stack):
+    assert run_policies(Plan.from_doc(doc_of(stack))) == []
+
+
+@pytest.mark.parametrize("stack,subnet", [("aws-large", "subnet-0123456789abcdef0"), ("tencent-large", "subnet-1a2b3c4d")])
+def test_existing_subnet_is_a_shared_subnet(render_cluster, stack, subnet):
+    plan = render_cluster(stack, {"network": {"existing_subnet_id": subnet}})
+    assert found(plan) == {("dedicated-subnet", n) for n in nodes(plan)}
+
+
+@pytest.mark.parametrize("stack", ["aws-large", "tencent-large"])
+def test_critical_spot_cluster(render_cluster, stack):
+    plan = render_cluster(stack, {"purchase": "spot"})
+    assert found(plan) == {("no-spot-only-critical", nodes(plan)[0])}
+
+
+def test_critical_mixed_cluster_passes(render_cluster):
+    assert found(render_cluster("aws-large", {"purchase": "mixed"})) == set()
+
+
+def test_experimental_spot_cluster_passes(render_cluster):
+    assert found(render_cluster("aws-large", {"purchase": "spot", "criticality": "experimental"})) == set()
+
+
+@pytest.mark.parametrize("stack,rule", [("aws-entry", "ml-entry-network-nodes-ssh-0"), ("tencent-entry", "tc-entry-sg-rules")])
+def test_ssh_from_anywhere(render_cluster, stack, rule):
+    assert found(render_cluster(stack, {"network": {"ssh_cidrs": ["0.0.0.0/0"]}})) == {("no-public-ssh", rule)}
+
+
+def test_ssh_from_a_named_range_passes(render_cluster):
+    assert found(render_cluster("aws-entry", {"network": {"ssh_cidrs": ["203.0.113.0/24"]}})) == set()
+
+
+# One property changed on a rendered plan: the remaining rules on real resource shapes.
+
+def test_rendered_placement_and_rdma():
+    doc = doc_of("aws-large")
+    lt = first(doc, "aws:ec2/launchTemplate:LaunchTemplate")
+    lt["inputs"]["networkInterfaces"] = lt["inputs"]["networkInterfaces"][:16]
+    drop(lt, "placement")
+    for r in doc["deployment"]["resources"]:
+        if r["type"] == "aws:ec2/instance:Instance":
+            drop(r, "placementGroup")
+    plan = Plan.from_doc(doc)
+    name = lt["urn"].rsplit("::", 1)[-1]
+    assert found(plan) == {("rdma-enabled", name)} | {("placement-required", n) for n in nodes(plan)}
+
+
+def test_rendered_tencent_hpc_cluster_missing():
+    doc = doc_of("tencent-large")
+    for r in doc["deployment"]["resources"]:
+        if r["type"] == "tencentcloud:Instance/instance:Instance":
+            drop(r, "hpcClusterId")
+    plan = Plan.from_doc(doc)
+    assert found(plan) == {("placement-required", n) for n in nodes(plan)}
+
+
+@pytest.mark.parametrize("stack,type_,change,policy", [
+    ("aws-large", "aws:fsx/lustreFileSystem:LustreFileSystem", {"protect": False}, "stateful-protected"),
+    ("tencent-mid", "tencentcloud:Cos/bucket:Bucket", {"protect": False}, "stateful-protected"),
+    ("aws-large", "aws:ebs/volume:Volume", {"inputs.encrypted": False}, "storage-encrypted"),
+    ("tencent-mid", "tencentcloud:Cbs/storage:Storage", {"inputs.encrypt": False}, "storage-encrypted"),
+    ("aws-large", "aws:ec2/launchTemplate:LaunchTemplate", {"inputs.metadataOptions.httpTokens": "optional"}, "imdsv2-required"),
+    ("aws-large", "aws:fsx/lustreFileSystem:LustreFileSystem", {"inputs.automaticBackupRetentionDays": 0}, "snapshot-schedule"),
+    ("tencent-mid", "tencentcloud:Cos/bucket:Bucket", {"inputs.versioningEnable": False}, "checkpoint-bucket-private"),
+    ("aws-large", "aws:ebs/volume:Volume", {"inputs.availabilityZone": "us-east-1b"}, "single-zone"),
+])
+def test_rendered_single_property(stack, type_, change, policy):
+    doc = doc_of(stack)
+    res = first(doc, type_)
+    for path, value in change.items():
+        obj, keys = res, path.split(".")
+        for k in keys[:-1]:
+            obj = obj[k]
+        obj[keys[-1]] = value
+    assert found(Plan.from_doc(doc)) == {(policy, res["urn"].rsplit("::", 1)[-1])}
+
+
+@pytest.mark.parametrize("stack,type_", [("aws-entry", "aws:budgets/budget:Budget"),
+                                         ("tencent-entry", "tencentcloud:Billing/budget:Budget")])
+def test_rendered_budget_missing(stack, type_):
+    doc = doc_of(stack)
+    doc["deployment"]["resources"].remove(first(doc, type_))
+    plan = Plan.from_doc(doc)
+    assert found(plan) == {("budget-alarm", nodes(plan)[0])}
+
+
+def test_rendered_unversioned_bucket():
+    doc = doc_of("aws-entry")
+    doc["deployment"]["resources"].remove(first(doc, "aws:s3/bucketVersioning:BucketVersioning"))
+    bucket = first(doc, "aws:s3/bucket:Bucket")
+    assert found(Plan.from_doc(doc)) == {("checkpoint-bucket-private", bucket["urn"].rsplit("::", 1)[-1])}
+
+
+def test_rendered_estimate_over_budget():
+    plan = Plan.from_doc(doc_of("aws-large"))
+    pricey = SimpleNamespace(total=150_000.0, currency="USD", unpriced=[])
+    [v] = run_policies(plan, pricer=lambda p: pricey)
+    assert (v.policy, v.enforcement) == ("budget-covers-estimate", "advisory")
+
+
+def test_critical_spot_stack_file_renders_and_fails(tmp_path, capsys):
+    stack_file = Path(__file__).parent / "fixtures" / "policies" / "acceptance" / "Pulumi.critical-spot.yaml"
+    args = SimpleNamespace(stack=[], stack_file=[str(stack_file)], out=str(tmp_path), policy_config=None)
+    assert cmd_plan(args) == EXIT_VIOLATION
+    import json
+    report = json.loads((tmp_path / "critical-spot.report.json").read_text())
+    assert [(v["policy"], v["enforcement"]) for v in report["violations"]] == [("no-spot-only-critical", "mandatory")]
+    assert "no-spot-only-critical" in capsys.readouterr().out
