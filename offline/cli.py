@@ -67,7 +67,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         rows.append([
             rendered.stack, report["cloud"], report["tier"], report["shape"], str(report["nodes"]),
             str(report["gpus"]), str(report["resources"]),
-            f"{cost['total']:,.0f} {cost['currency']}" + ("*" if cost.get("unpriced") else ""),
+            ("unpriced*" if cost["unpriced"] and not cost["items"] else
+             f"{cost['total']:,.0f} {cost['currency']}" + ("*" if cost["unpriced"] else "")),
             f"{report['budget']['monthly_limit']:,.0f} {report['budget']['currency']}",
             f"{len(mandatory)}/{len(report['violations'])}",
         ])

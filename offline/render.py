@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import logging
 import runpy
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,11 @@ MAIN = ROOT / "__main__.py"
 STACKS_DIR = ROOT / "stacks"
 SAMPLE_STACKS = ("aws-entry", "aws-mid", "aws-large", "tencent-entry", "tencent-mid", "tencent-large")
 CLUSTER_KEY = f"{PROJECT}:cluster"
+
+# The program's pulumi.log messages are the cluster's notes, which the commands print themselves.
+_QUIET = logging.getLogger("gpu-cluster.offline.engine")
+_QUIET.addHandler(logging.NullHandler())
+_QUIET.propagate = False
 
 # Provider plugin versions the default providers would carry (requirements.txt pins the ranges).
 _PROVIDER_VERSIONS = {"aws": "7.51.1", "tencentcloud": "0.2.3"}
@@ -111,7 +117,7 @@ def render(stack_file: StackFile, program: Path = MAIN) -> Rendered:
     pulumi_settings.reset_options(project=PROJECT, stack=stack_file.stack, preview=False)
     pulumi.runtime.set_all_config(_config_strings(stack_file.config), [])
     pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack_file.stack, preview=False,
-                             monitor=monitor)
+                             monitor=monitor, logger=_QUIET)
     _sync_await(run_pulumi_func(lambda: runpy.run_path(str(program), run_name="__main__")))
     root = pulumi_settings.get_root_resource()
     outputs = {k: resolve(v) for k, v in getattr(root, "outputs", {}).items()}
