@@ -7,6 +7,7 @@ plans — the policy runner, the pricer, the review — works on `pulumi stack e
 from __future__ import annotations
 
 import datetime
+import heapq
 import json
 import logging
 import runpy
@@ -137,6 +138,30 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
+def _stable_order(registrations: list[Registration]) -> list[Registration]:
+    """Parents and dependencies first (as in a real export), ties by URN: the same plan every render.
+
+    The engine sees registrations in the order their inputs resolve, which varies between runs.
+    """
+    by_urn = {r.urn: r for r in registrations}
+    needs = {r.urn: {u for u in (r.parent, *r.dependencies) if u in by_urn} for r in registrations}
+    users: dict[str, list[str]] = {u: [] for u in by_urn}
+    for urn, deps in needs.items():
+        for dep in deps:
+            users[dep].append(urn)
+    ready = [u for u, deps in needs.items() if not deps]
+    heapq.heapify(ready)
+    out: list[Registration] = []
+    while ready:
+        urn = heapq.heappop(ready)
+        out.append(by_urn[urn])
+        for user in users[urn]:
+            needs[user].discard(urn)
+            if not needs[user]:
+                heapq.heappush(ready, user)
+    return out
+
+
 def to_stack_export(rendered: Rendered) -> dict[str, Any]:
     """The plan in `pulumi stack export` format (version 3), with default providers made explicit."""
     stack, project = rendered.stack, PROJECT
@@ -147,7 +172,7 @@ def to_stack_export(rendered: Rendered) -> dict[str, Any]:
     }]
     providers: dict[str, str] = {}
     region = rendered.cluster.region
-    for reg in rendered.registrations:
+    for reg in _stable_order(rendered.registrations):
         package = reg.type.split(":", 1)[0]
         provider_ref = reg.provider
         if reg.custom and not provider_ref and package in _PROVIDER_VERSIONS:

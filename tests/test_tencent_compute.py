@@ -69,7 +69,11 @@ def test_spot_and_mixed_map_to_spotpaid_with_a_max_price(render_cluster):
     spot = inputs_of(render_cluster("tencent-mid", {"purchase": "spot"}), INSTANCE)
     assert all(n["instanceChargeType"] == "SPOTPAID" and n["spotInstanceType"] == "ONE-TIME"
                and float(n["spotMaxPrice"]) > 0 for n in spot)
-    mixed = inputs_of(render_cluster("tencent-mid", {"purchase": "mixed", "nodes": 3}), INSTANCE)
+    # Registration order is not program order (inputs resolve asynchronously): go by node name.
+    nodes = sorted(render_cluster("tencent-mid", {"purchase": "mixed", "nodes": 3}).of_type(INSTANCE),
+                   key=lambda r: r.name)
+    mixed = [r.inputs for r in nodes]
+    assert [r.name.rsplit("-", 1)[-1] for r in nodes] == ["0", "1", "2"]
     assert [n["instanceChargeType"] for n in mixed] == ["POSTPAID_BY_HOUR", "SPOTPAID", "SPOTPAID"]
     assert "spotMaxPrice" not in mixed[0]
 
