@@ -109,6 +109,13 @@ def _num(v: Any) -> Optional[float]:
         return None
 
 
+def _show(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def diff_resource(before: Resource, after: Resource) -> Optional[Change]:
     keys = sorted(k for k in set(before.inputs) | set(after.inputs) if before.inputs.get(k) != after.inputs.get(k))
     if not keys:
@@ -117,7 +124,7 @@ def diff_resource(before: Resource, after: Resource) -> Optional[Change]:
     shrunk = [k for k in keys if k in NO_SHRINK.get(after.type, ())
               and (_num(after.inputs.get(k)) or 0) < (_num(before.inputs.get(k)) or 0)]
     if forced or shrunk:
-        why = ", ".join([f"{k}: {before.inputs.get(k)!r} → {after.inputs.get(k)!r}" for k in forced]
+        why = ", ".join([f"{k}: {_show(before.inputs.get(k))} → {_show(after.inputs.get(k))}" for k in forced]
                         + [f"{k} shrinks {before.inputs.get(k)} → {after.inputs.get(k)}" for k in shrunk])
         return Change("replace", after.urn, after.type, tuple(keys), before.protect, why)
     return Change("change", after.urn, after.type, tuple(keys), before.protect)
@@ -228,8 +235,8 @@ def changed_stacks(base: str) -> list[str]:
     """Stack files added or changed between BASE and the work tree (tracked or not)."""
     names = _git("diff", "--name-only", base, "--", "stacks/").split()
     names += _git("ls-files", "--others", "--exclude-standard", "--", "stacks/").split()
-    return sorted({Path(n).name[len("Pulumi."):-len(".yaml")} for n in names
-                  if Path(n).name.startswith("Pulumi.") and n.endswith(".yaml"))
+    return sorted({Path(n).name[len("Pulumi."):-len(".yaml")] for n in names
+                   if Path(n).name.startswith("Pulumi.") and n.endswith(".yaml")})
 
 
 def render_side(tree: Path, stacks: list[str], out: Path) -> tuple[dict[str, Plan], list[str]]:

@@ -319,10 +319,14 @@ class Compute(pulumi.ComponentResource):
         # No subnet or security groups here: they sit on the template's network interfaces, and EC2
         # rejects both on the same launch request. IMDS and root settings are repeated so every node in
         # a plan or a `pulumi stack export` shows them without resolving the template.
+        # The node follows the template's *default* version ("$Default", a constant), not its latest
+        # number: a new image or boot config then reaches new and replaced nodes, and never replaces
+        # a running GPU node behind the operator's back (roll nodes with `pulumi up --replace`).
+        # The instance type is set here too, so changing it is an in-place stop/resize/start.
         return aws.ec2.Instance(
             node_name,
-            launch_template=aws.ec2.InstanceLaunchTemplateArgs(
-                id=template.id, version=template.latest_version.apply(str)),
+            launch_template=aws.ec2.InstanceLaunchTemplateArgs(id=template.id, version="$Default"),
+            instance_type=args.shape.type,
             availability_zone=args.zone,
             placement_group=self.placement_group,
             instance_market_options=spot,

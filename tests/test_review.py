@@ -1,0 +1,90 @@
+"""PR review of two crafted plans: a replaced file system, an added node, a fixed violation."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from offline.review import diff_plans, render_markdown, review_stack
+
+P5_NODE_MONTH = 55.04 * 730      # catalog: p5.48xlarge on-demand, us-east-1
+ROOT_DISK_MONTH = 500 * 0.08     # aws-large root_gb 500, gp3 $0.08/GB-month
+DATA_DISK_MONTH = 1000 * 0.08    # aws-large data_disk_gb 1000, gp3
+
+
+@pytest.fixture(scope="module")
+def review():
+    from conftest import render_plan
+
+    base = render_plan("aws-large", {"network": {"ssh_cidrs": ["0.0.0.0/0"]}})
+    head = render_plan("aws-large", {"nodes": 3, "storage": {"lustre": {"throughput_per_tib": 1000}}})
+    return review_stack("aws-large", base, head)
+
+
+def test_fsx_throughput_change_is_a_replacement_with_a_loud_warning(review):
+    replaced = [c for c in review.changes if c.action == "replace"]
+    assert [(c.type, c.keys) for c in replaced] == [
+        ("aws:fsx/lustreFileSystem:LustreFileSystem", ("perUnitStorageThroughput",))]
+    assert replaced[0].protected and replaced[0].dangerous
+    md = render_markdown([review], "main")
+    assert "[!CAUTION]" in md and "Stateful resources would be replaced" in md
+    assert "perUnitStorageThroughput: 500 → 1000" in md and "`protect`ed" in md
+
+
+def test_an_added_node_adds_one_node_month(review):
+    added = {(c.type, c.name) for c in review.changes if c.action == "add"}
+    assert ("aws:ec2/instance:Instance", "llm-large-compute-node-2") in added
+    assert ("aws:ebs/volume:Volume", "llm-large-storage-data-2") in added
+    # Closing SSH deletes its rule; nothing else goes.
+    assert [(c.type, c.name) for c in review.changes if c.action == "delete"] == [
+        ("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule", "llm-large-network-nodes-ssh-0")]
+    delta = review.cost_after.total - review.cost_before.total
+    assert delta == pytest.approx(P5_NODE_MONTH + ROOT_DISK_MONTH + DATA_DISK_MONTH, abs=0.05)
+
+
+def test_closing_ssh_is_a_fixed_violation_and_the_third_node_outgrows_the_budget(review):
+    assert [v["policy"] for v in review.fixed_violations] == ["no-public-ssh"]
+    # 3 × p5 ≈ 120k USD a month against a 95k budget: the advisory rule speaks up.
+    assert [(v["policy"], v["enforcement"]) for v in review.new_violations] == [("budget-covers-estimate", "advisory")]
+
+
+def test_unchanged_plans_review_clean(sample_plan):
+    plan = sample_plan("tencent-mid")
+    assert diff_plans(plan, plan) == []
+    same = review_stack("tencent-mid", plan, plan)
+    assert (same.new_violations, same.fixed_violations) == ([], [])
+
+
+def test_a_new_stack_is_all_additions(sample_plan):
+    plan = sample_plan("aws-entry")
+    changes = diff_plans(None, plan)
+    assert changes and {c.action for c in changes} == {"add"}
+    assert len(changes) == sum(1 for _ in plan.custom())
+
+
+def test_make_review_against_a_base_ref(tmp_path):
+    """`python -m offline review` on a throwaway clone whose last commit changes a stack file."""
+    root = Path(__file__).resolve().parent.parent
+    clone = tmp_path / "repo"
+    run = lambda *a, cwd=clone: subprocess.run(a, cwd=cwd, capture_output=True, text=True, check=True)  # noqa: E731
+    run("git", "clone", "-q", "--no-local", str(root), str(clone), cwd=tmp_path)
+    # The clone has what is committed; bring the work tree's code over so the test checks this code.
+    for path in ("components", "offline", "policies", "stacks", "__main__.py"):
+        subprocess.run(["cp", "-r", str(root / path), str(clone / Path(path).parent)], check=True)
+    run("git", "-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-qam", "base", "--allow-empty")
+    stack = clone / "stacks" / "Pulumi.aws-entry.yaml"
+    stack.write_text(stack.read_text().replace("data_disk_gb: 200", "data_disk_gb: 400"))
+    run("git", "-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-qam", "grow the data disk")
+    result = subprocess.run([sys.executable, "-m", "offline", "review", "--base", "HEAD~1", "--out",
+                             str(tmp_path / "review.md")], cwd=clone, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    md = (tmp_path / "review.md").read_text()
+    row = next(line for line in md.splitlines() if line.startswith("| aws-entry |"))
+    # The volume grows in place; the boot config (which names the size) is a new template version.
+    assert row.startswith("| aws-entry | 0 | 2 | 0 | 0 |")
+    assert "| change | `aws:ebs/volume:Volume` | `ml-entry-storage-data-0` | size |" in md
+    assert "+16.00 USD" in row  # 200 GB more gp3 at $0.08
+    assert "| aws-large | 0 | 0 | 0 | 0 |" in md
