@@ -8,7 +8,7 @@ source, the GPU metrics agent command); the RAID0 script, the mounts and the ord
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 import yaml
@@ -103,7 +103,6 @@ class BootConfig:
     """Extra cloud-init write_files entries (e.g. an agent configuration)."""
     commands: tuple[tuple[str, ...], ...] = ()
     """Commands run last, each an argv (e.g. start the GPU metrics agent)."""
-    hostname_prefix: str = field(default="")
 
 
 def scratch_script(devices: int, model: Optional[str]) -> str:

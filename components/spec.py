@@ -237,6 +237,11 @@ class Cluster:
         }
 
 
+def node_is_spot(purchase: Purchase, index: int) -> bool:
+    """Whether node `index` is bought as spot: `mixed` keeps node 0 on-demand (DESIGN §3)."""
+    return purchase == "spot" or (purchase == "mixed" and index > 0)
+
+
 class SpecError(ValueError):
     """Every problem with a stack file, one sentence each."""
 
@@ -339,6 +344,15 @@ def _resolve(spec: ClusterSpec, regions: Mapping[str, Optional[str]]) -> Cluster
                         f"allows {catalog.limit('aws', 'budget_notifications_max')} notifications per budget, "
                         f"one of them the 100 % forecast: allowed: at most "
                         f"{catalog.limit('aws', 'budget_notifications_max') - 1}")
+
+    if cloud == "aws" and len(budget.emails) > catalog.limit("aws", "budget_subscribers_max"):
+        problems.append(f"cluster.budget.emails has {len(budget.emails)} addresses; AWS Budgets allows "
+                        f"{catalog.limit('aws', 'budget_subscribers_max')} e-mail subscribers per notification: "
+                        f"allowed: at most {catalog.limit('aws', 'budget_subscribers_max')} (use a mailing list)")
+    if cloud == "tencentcloud" and lustre is not None and spec.network.existing_subnet_id:
+        problems.append("cluster.storage.lustre with cluster.network.existing_subnet_id on tencentcloud: CFS Turbo "
+                        "needs its own CCN range beside the cluster's VPC, which is only known when the stack "
+                        "creates the VPC; allowed: lustre: null, or no existing_subnet_id")
 
     if problems:
         raise SpecError(problems)

@@ -51,12 +51,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
         try:
             stack_file: StackFile = read_stack_file(path)
             rendered = render(stack_file)
+            plan_doc = rendered.plan()
+            report = build_report(rendered, Plan.from_doc(plan_doc), policy_config)
         except (StackFileError, SpecError) as e:
             _err(f"{path}: {e}")
             status = EXIT_BAD_INPUT
             continue
-        plan_doc = rendered.plan()
-        report = build_report(rendered, Plan.from_doc(plan_doc), policy_config)
+        except Exception as e:  # noqa: BLE001 - the program itself failed: say where, not a traceback
+            _err(f"{path}: the program failed under the offline mocks: {type(e).__name__}: {e}")
+            status = EXIT_BAD_INPUT
+            continue
         out.mkdir(parents=True, exist_ok=True)
         (out / f"{rendered.stack}.json").write_text(json.dumps(plan_doc, indent=1) + "\n", encoding="utf-8")
         (out / f"{rendered.stack}.report.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
@@ -97,7 +101,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     except (PlanFormatError, ValueError) as e:
         _err(str(e))
         return EXIT_BAD_INPUT
-    violations = run_policies(plan, config)
+    try:
+        violations = run_policies(plan, config)
+    except RuntimeError as e:
+        _err(f"{args.plan}: a policy could not judge this file: {e}")
+        return EXIT_BAD_INPUT
     print(format_violations(violations))
     return EXIT_VIOLATION if any(v.enforcement == "mandatory" for v in violations) else EXIT_OK
 

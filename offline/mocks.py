@@ -74,6 +74,7 @@ class Registration:
     inputs: dict
     outputs: dict = field(default_factory=dict)
     id: str = ""
+    ignore_changes: list[str] = field(default_factory=list)
 
 
 class RecordingMonitor(MockMonitor):
@@ -114,6 +115,7 @@ class RecordingMonitor(MockMonitor):
             inputs=rpc.deserialize_properties(request.object),
             outputs=reg.state,
             id=reg.id or "",
+            ignore_changes=list(request.ignoreChanges),
         ))
         return response
 

@@ -79,8 +79,10 @@ class Plan:
             doc = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise PlanFormatError(f"{path}: no such file") from None
-        except json.JSONDecodeError as e:
-            raise PlanFormatError(f"{path}: not JSON ({e})") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise PlanFormatError(f"{path}: not a JSON stack export ({e})") from None
+        except OSError as e:
+            raise PlanFormatError(f"{path}: cannot be read ({e.strerror or e})") from None
         return cls.from_doc(doc, path)
 
     def __iter__(self) -> Iterator[Resource]:

@@ -46,7 +46,9 @@ FORCE_NEW: dict[str, frozenset[str]] = {
     "tencentcloud:Cbs/storage:Storage": frozenset({
         "availabilityZone", "storageType", "encrypt", "encryptType", "kmsKeyId", "dedicatedClusterId"}),
     "tencentcloud:Cos/bucket:Bucket": frozenset({"bucket", "multiAz"}),
-    "tencentcloud:Instance/instance:Instance": frozenset({"availabilityZone", "hpcClusterId"}),
+    "tencentcloud:Instance/instance:Instance": frozenset({
+        "availabilityZone", "hpcClusterId", "userData", "userDataRaw", "instanceChargeType", "systemDiskType",
+        "allocatePublicIp", "placementGroupId", "hostname"}),
     "tencentcloud:Cvm/hpcCluster:HpcCluster": frozenset({"zone"}),
 }
 
@@ -145,8 +147,8 @@ def diff_plans(base: Optional[Plan], head: Optional[Plan]) -> list[Change]:
     return sorted(changes, key=lambda c: (order[c.action], c.urn))
 
 
-def _violation_key(v: dict) -> tuple[str, str]:
-    return v["policy"], v.get("urn") or ""
+def _violation_key(v: dict) -> tuple[str, str, str]:
+    return v["policy"], v.get("urn") or "", v["message"]
 
 
 def review_stack(stack: str, base: Optional[Plan], head: Optional[Plan]) -> StackReview:
@@ -270,15 +272,19 @@ def review_command(base: str, out: Path) -> int:
     except ReviewError:
         print(f"error: BASE={base!r} is not a commit in this repository", file=sys.stderr)
         return 2
-    stacks = sorted(set(SAMPLE_STACKS) | set(changed_stacks(base)), key=lambda s: (s not in SAMPLE_STACKS, s))
-    with tempfile.TemporaryDirectory(prefix="gpu-cluster-review-") as tmp:
-        tree = Path(tmp) / "base"
-        _git("worktree", "add", "--detach", "--quiet", str(tree), base)
-        try:
-            base_plans, base_notes = render_side(tree, stacks, Path(tmp) / "base-plans")
-        finally:
-            _git("worktree", "remove", "--force", str(tree))
-        head_plans, head_notes = render_side(ROOT, stacks, Path(tmp) / "head-plans")
+    try:
+        stacks = sorted(set(SAMPLE_STACKS) | set(changed_stacks(base)), key=lambda s: (s not in SAMPLE_STACKS, s))
+        with tempfile.TemporaryDirectory(prefix="gpu-cluster-review-") as tmp:
+            tree = Path(tmp) / "base"
+            _git("worktree", "add", "--detach", "--quiet", str(tree), base)
+            try:
+                base_plans, base_notes = render_side(tree, stacks, Path(tmp) / "base-plans")
+            finally:
+                _git("worktree", "remove", "--force", str(tree))
+            head_plans, head_notes = render_side(ROOT, stacks, Path(tmp) / "head-plans")
+    except ReviewError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     reviews = []
     for s in stacks:
         review = review_stack(s, base_plans.get(s), head_plans.get(s))

@@ -133,3 +133,23 @@ def test_instance_role_is_least_privilege(sample_plan):
     resources = {s["Resource"] for doc in inline for s in doc["Statement"]}
     assert resources == {bucket_arn, bucket_arn + "/*"}
     assert not [a for doc in inline for s in doc["Statement"] for a in s["Action"] if "*" in a]
+
+
+def test_critical_mixed_protects_only_the_on_demand_node(render_cluster):
+    plan = render_cluster("aws-large", {"criticality": "critical", "purchase": "mixed", "nodes": 3})
+    nodes = sorted(plan.of_type("aws:ec2/instance:Instance"), key=lambda r: r.name)
+    assert [(n.inputs.get("instanceMarketOptions") or {}).get("marketType") for n in nodes] == [None, "spot", "spot"]
+    # EC2 refuses termination protection on spot instances.
+    assert [n.inputs["disableApiTermination"] for n in nodes] == [True, False, False]
+
+
+def test_nodes_ignore_template_changes_so_a_new_image_never_replaces_them():
+    from conftest import stack_with
+    from offline.render import render
+
+    regs = render(stack_with("aws-large")).registrations
+    nodes = [r for r in regs if r.type == "aws:ec2/instance:Instance"]
+    assert len(nodes) == 2 and all(r.ignore_changes == ["launchTemplate"] for r in nodes)
+    assert all(r.inputs["launchTemplate"]["version"] == "$Default" for r in nodes)
+    others = [r for r in regs if r.ignore_changes and r.type != "aws:ec2/instance:Instance"]
+    assert others == [], "only the nodes ignore changes"

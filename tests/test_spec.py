@@ -77,6 +77,10 @@ BAD_INPUTS = [
     (TENCENT, {"tier": "mid", "nodes": 1, "zone": "ap-shanghai-2"}, None,
      ["cluster.zone='ap-shanghai-2'", "GT4.20XLARGE474 is sold only in"]),
     (TENCENT, {"budget": {"currency": "EUR"}}, None, ["cluster.budget.currency='EUR'", "CNY, USD"]),
+    (AWS, {"budget": {"emails": [f"u{i}@example.com" for i in range(11)]}}, None,
+     ["cluster.budget.emails has 11 addresses", "at most 10"]),
+    (TENCENT, {"network": {"existing_subnet_id": "subnet-1a2b3c4d"}}, None,
+     ["cluster.storage.lustre with cluster.network.existing_subnet_id", "lustre: null"]),
 ]
 
 

@@ -109,3 +109,19 @@ def test_shapes_with_local_nvme_stripe_them_at_boot():
     assert any(f["path"] == "/usr/local/sbin/gpu-cluster-scratch" and "EXPECTED=4" in f["content"]
                for f in doc["write_files"])
     assert "mounts" not in doc
+
+
+def test_critical_mixed_protects_only_the_on_demand_node(render_cluster):
+    plan = render_cluster("tencent-mid", {"criticality": "critical", "purchase": "mixed", "nodes": 3})
+    nodes = sorted(plan.of_type(INSTANCE), key=lambda r: r.name)
+    assert [n.inputs["instanceChargeType"] for n in nodes] == ["POSTPAID_BY_HOUR", "SPOTPAID", "SPOTPAID"]
+    assert [n.inputs["disableApiTermination"] for n in nodes] == [True, False, False]
+
+
+def test_nodes_keep_their_image_when_a_newer_public_image_appears():
+    from conftest import stack_with
+    from offline.render import render
+
+    regs = render(stack_with("tencent-large")).registrations
+    nodes = [r for r in regs if r.type == INSTANCE]
+    assert len(nodes) == 2 and all(r.ignore_changes == ["imageId"] for r in nodes)

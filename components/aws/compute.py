@@ -23,6 +23,7 @@ import pulumi_aws as aws
 from components.aws.common import assume_role_policy, aws_managed_policy, policy_output, tagged
 from components.catalog import Shape
 from components.cloudinit import BootConfig, LustreMount, render
+from components.spec import node_is_spot
 
 # The Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04), published as an SSM public
 # parameter (shared/facts/aws.md "DLAMI ids"; docs.aws.amazon.com/dlami/latest/devguide/find-dlami-id.html).
@@ -70,9 +71,7 @@ def wants_placement_group(nodes: int, tier: str) -> bool:
 
 def market(purchase: str, index: int) -> Market:
     """How node `index` is bought: on_demand, spot, or mixed (node 0 on-demand, the rest spot)."""
-    if purchase == "spot" or (purchase == "mixed" and index > 0):
-        return "spot"
-    return "on_demand"
+    return "spot" if node_is_spot(purchase, index) else "on_demand"
 
 
 def data_volume_script(size_gib: int) -> str:
@@ -319,10 +318,13 @@ class Compute(pulumi.ComponentResource):
         # No subnet or security groups here: they sit on the template's network interfaces, and EC2
         # rejects both on the same launch request. IMDS and root settings are repeated so every node in
         # a plan or a `pulumi stack export` shows them without resolving the template.
-        # The node follows the template's *default* version ("$Default", a constant), not its latest
-        # number: a new image or boot config then reaches new and replaced nodes, and never replaces
-        # a running GPU node behind the operator's back (roll nodes with `pulumi up --replace`).
-        # The instance type is set here too, so changing it is an in-place stop/resize/start.
+        # A running GPU node is never replaced because its template moved on. The AWS provider forces
+        # a new instance when the template's default version differs from the one the instance was
+        # launched with (terraform-provider-aws internal/service/ec2/ec2_instance.go, CustomizeDiff on
+        # launch_template.0.version) — and a new DLAMI release or boot config makes a new version. So
+        # the node ignores changes to its template reference: new and replaced nodes get the current
+        # template, and a node is rolled on purpose with `pulumi up --replace <urn>`. The instance
+        # type is set here too, so changing it is an in-place stop/resize/start.
         return aws.ec2.Instance(
             node_name,
             launch_template=aws.ec2.InstanceLaunchTemplateArgs(id=template.id, version="$Default"),
@@ -330,11 +332,12 @@ class Compute(pulumi.ComponentResource):
             availability_zone=args.zone,
             placement_group=self.placement_group,
             instance_market_options=spot,
-            disable_api_termination=args.termination_protection,
+            # Spot nodes are reclaimed whatever the flag says; EC2 refuses termination protection on them.
+            disable_api_termination=args.termination_protection and how == "on_demand",
             metadata_options=aws.ec2.InstanceMetadataOptionsArgs(
                 http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=2),
             root_block_device=aws.ec2.InstanceRootBlockDeviceArgs(
                 volume_size=args.root_gb, volume_type="gp3", encrypted=True, delete_on_termination=True),
             tags=tagged(args.tags, node_name, **{"gpu-cluster:node": str(index), "gpu-cluster:market": how}),
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["launchTemplate"]),
         )

@@ -18,7 +18,7 @@ from typing import Mapping, Optional, Sequence
 import pulumi
 import tencentcloud_iac_pulumi as tencentcloud
 
-from components.spec import Purchase
+from components.spec import Purchase, node_is_spot
 
 SCRATCH_DISK_GB = 1000
 """Size of the non-persistent scratch disk when storage.scratch is "disk" (the spec has no size
@@ -35,11 +35,6 @@ def system_disk_type(hpc: bool) -> str:
     Enhanced SSD cloud disk (CLOUD_HSSD); that GN7/PNV4/GT4 offer HSSD in every zone is unconfirmed —
     CLOUD_BSSD is the fallback to try where a zone refuses it."""
     return "LOCAL_BASIC" if hpc else "CLOUD_HSSD"
-
-
-def is_spot(purchase: Purchase, index: int) -> bool:
-    """Whether node `index` is bought as spot: mixed keeps node 0 on-demand."""
-    return purchase == "spot" or (purchase == "mixed" and index > 0)
 
 
 def spot_max_price(price_hourly: Optional[float]) -> str:
@@ -96,7 +91,7 @@ class Compute(pulumi.ComponentResource):
                      "delete_with_instance": True, "encrypt": True}] if args.scratch_disk_gb else None)
         self.node_ids, self.private_ips = [], []
         for i in range(args.nodes):
-            spot = is_spot(args.purchase, i)
+            spot = node_is_spot(args.purchase, i)
             node = tencentcloud.instance.Instance(
                 f"{prefix}-node-{i}",
                 instance_name=f"{prefix}-node-{i}",
@@ -115,10 +110,15 @@ class Compute(pulumi.ComponentResource):
                 instance_charge_type="SPOTPAID" if spot else "POSTPAID_BY_HOUR",
                 spot_instance_type="ONE-TIME" if spot else None,
                 spot_max_price=args.spot_max_price if spot else None,
-                disable_api_termination=args.critical,
+                # Termination protection on the on-demand nodes of a critical cluster: a spot node is
+                # reclaimed by the cloud whatever the flag says, and protecting it only blocks cleanup.
+                disable_api_termination=args.critical and not spot,
                 user_data_raw=args.user_data,
                 tags=tags,
-                opts=child,
+                # A node keeps the image it was created with: a newer public image (the default is
+                # looked up at every run) must not reinstall a running GPU node. New and replaced
+                # nodes get the current one; roll a node on purpose with `pulumi up --replace`.
+                opts=pulumi.ResourceOptions(parent=self, ignore_changes=["imageId"]),
             )
             self.node_ids.append(node.id)
             self.private_ips.append(node.private_ip)

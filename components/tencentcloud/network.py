@@ -56,9 +56,10 @@ class Network(pulumi.ComponentResource):
         if args.existing_subnet_id:
             found = tencentcloud.vpc.get_subnets_output(subnet_id=args.existing_subnet_id,
                                                         opts=pulumi.InvokeOutputOptions(parent=self))
-            self.vpc_id = found.instance_lists[0].vpc_id
+            subnet = found.instance_lists.apply(lambda subnets: _the_subnet(args.existing_subnet_id, subnets))
+            self.vpc_id = subnet.vpc_id
             self.subnet_id = pulumi.Output.from_input(args.existing_subnet_id)
-            self.subnet_cidr = found.instance_lists[0].cidr_block
+            self.subnet_cidr = subnet.cidr_block
             flow_log_target = ("SUBNET", self.subnet_id)
         else:
             vpc = tencentcloud.vpc.Instance(f"{prefix}-vpc", name=prefix, cidr_block=str(args.cidr),
@@ -113,3 +114,11 @@ class Network(pulumi.ComponentResource):
 
         self.register_outputs({"vpc_id": self.vpc_id, "subnet_id": self.subnet_id, "subnet_cidr": self.subnet_cidr,
                                "security_group_id": self.security_group_id})
+
+
+def _the_subnet(subnet_id: str, subnets: list) -> object:
+    """The looked-up subnet, or a sentence (not an IndexError) when the id does not exist."""
+    if not subnets:
+        raise pulumi.RunError(f"network.existing_subnet_id={subnet_id}: no such subnet in this region; "
+                              f"check the id, or leave it out to let the stack create a dedicated subnet")
+    return subnets[0]
