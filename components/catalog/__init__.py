@@ -76,9 +76,13 @@ class Limit:
     note: str = field(default="")
 
 
+# libyaml's loader when PyYAML was built with it (its wheels are): the catalog is read on every run.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def _read(name: str) -> Any:
     with open(_HERE / name, encoding="utf-8") as f:
-        return yaml.safe_load(f)
+        return yaml.load(f, Loader=_LOADER)  # noqa: S506 - a safe loader
 
 
 @lru_cache(maxsize=None)
