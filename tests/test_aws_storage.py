@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from components.aws.backup import fsx_backup_retention
 
 FSX = "aws:fsx/lustreFileSystem:LustreFileSystem"
@@ -88,6 +90,8 @@ def test_data_volumes_are_protected_encrypted_and_snapshotted(sample_plan):
         assert details["targetTags"].items() <= v.inputs["tags"].items()
     (schedule,) = details["schedules"]
     assert schedule["createRule"]["interval"] == 6 and schedule["createRule"]["intervalUnit"] == "HOURS"
+    # Same start hours as the Tencent schedule for the same spec: 00, 06, 12, 18.
+    assert schedule["createRule"]["times"] == "00:00"
     assert schedule["retainRule"]["count"] == 14
     role = next(r for r in plan.of_type("aws:iam/role:Role") if r.outputs["arn"] == policy["executionRoleArn"])
     assert json.loads(role.inputs["assumeRolePolicy"])["Statement"][0]["Principal"] == {"Service": "dlm.amazonaws.com"}
@@ -120,3 +124,14 @@ def test_stateful_urns_survive_type_and_node_count_changes(sample_plan, render_c
     assert len(old) == 4 and len(new) == 6  # FSx, bucket, 2 → 4 data volumes
     assert set(old) <= set(new)
     assert all(r.protect for r in new.values())
+
+
+@pytest.mark.parametrize("changes", [
+    {"purchase": "mixed", "criticality": "standard"},
+    {"tier": "mid", "instance_type": "p4d.24xlarge", "nodes": 2},
+])
+def test_stateful_urns_survive_purchase_and_tier_changes(sample_plan, render_cluster, changes):
+    def stateful(plan):
+        return {r.urn for r in plan.resources if r.type in (FSX, BUCKET, VOLUME) and r.protect}
+
+    assert stateful(render_cluster("aws-large", changes)) == stateful(sample_plan("aws-large"))

@@ -1,5 +1,7 @@
 """Tencent storage and backup: CFS Turbo, COS checkpoint bucket, CBS data disks, snapshots, URN stability."""
 
+import pytest
+
 from components import catalog
 from conftest import inputs_of
 
@@ -104,3 +106,17 @@ def test_stateful_urns_survive_instance_type_and_node_count_changes(sample_plan,
         assert all(r.protect for r in new_s.values())
     assert len([u for u in stateful(after) if "Cbs/storage:Storage" in u]) == 4
     assert set(stateful(before)) - set(stateful(after)) == set()
+
+
+@pytest.mark.parametrize("changes", [
+    {"purchase": "mixed", "criticality": "standard"},
+    {"tier": "mid", "instance_type": "GT4.20XLARGE474", "nodes": 2},
+])
+def test_stateful_urns_survive_purchase_and_tier_changes(sample_plan, render_cluster, changes):
+    stateful_types = ("tencentcloud:Cfs/fileSystem:FileSystem", "tencentcloud:Cos/bucket:Bucket",
+                      "tencentcloud:Cbs/storage:Storage")
+
+    def stateful(plan):
+        return {r.urn for r in plan.resources if r.type in stateful_types and r.protect}
+
+    assert stateful(render_cluster("tencent-large", changes)) == stateful(sample_plan("tencent-large"))

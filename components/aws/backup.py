@@ -13,6 +13,7 @@ import pulumi_aws as aws
 
 from components import catalog
 from components.aws.common import assume_role_policy, aws_managed_policy, tagged
+from components.schedules import snapshot_hours
 
 BACKUP_TAG = "gpu-cluster:backup"
 """Tag key the lifecycle policy targets; the value is the cluster name (set on the data volumes)."""
@@ -74,7 +75,9 @@ class Backup(pulumi.ComponentResource):
                 schedules=[aws.dlm.LifecyclePolicyPolicyDetailsScheduleArgs(
                     name=f"every-{args.every_hours}h-keep-{args.retain}",
                     create_rule=aws.dlm.LifecyclePolicyPolicyDetailsScheduleCreateRuleArgs(
-                        interval=args.every_hours, interval_unit="HOURS", times="03:00"),
+                        # The same hours as Tencent for the same spec (components/schedules.py).
+                        interval=args.every_hours, interval_unit="HOURS",
+                        times=f"{snapshot_hours(args.every_hours)[0]:02d}:00"),
                     retain_rule=aws.dlm.LifecyclePolicyPolicyDetailsScheduleRetainRuleArgs(count=args.retain),
                     copy_tags=True,
                 )],
