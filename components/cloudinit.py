@@ -14,6 +14,7 @@ from typing import Optional
 import yaml
 
 SCRATCH_SCRIPT = "/usr/local/sbin/gpu-cluster-scratch"
+DATA_SCRIPT = "/usr/local/sbin/gpu-cluster-data"
 SCRATCH_UNIT = "/etc/systemd/system/gpu-cluster-scratch.service"
 MD_DEVICE = "/dev/md/scratch"
 
@@ -77,6 +78,45 @@ WantedBy=multi-user.target
 """
 
 
+# The persistent data disk is attached after the node starts (a separate, protected disk resource),
+# so it is found and mounted in the background. It is recognised as a whole disk of exactly the
+# requested size, of the cloud's disk model when it has one, that is blank or already labelled
+# `data` — never the root disk (partitioned), an excluded device (a scratch disk) nor the RAID
+# members (they carry a RAID signature). Formatted on first boot only; mounted at /data by label.
+_DATA_SH = r"""#!/bin/bash
+# Mount the persistent data disk at /data (written by gpu-cluster).
+set -euo pipefail
+mountpoint -q /data && exit 0
+mkdir -p /data
+WANT=$(( {size_gib} * 1024 * 1024 * 1024 ))
+MODEL={model}
+EXCLUDE={exclude}
+for _ in $(seq 1 120); do
+  blkid -L data >/dev/null 2>&1 && break
+  for dev in $(lsblk -dpno NAME,TYPE | awk '$2 == "disk" {{print $1}}'); do
+    case " $EXCLUDE " in *" $dev "*) continue ;; esac
+    if [ -n "$MODEL" ]; then
+      model=$(sed 's/ *$//' "/sys/block/$(basename "$dev")/device/model" 2>/dev/null || true)
+      [ "$model" = "$MODEL" ] || continue
+    fi
+    [ "$(blockdev --getsize64 "$dev")" -eq "$WANT" ] || continue
+    [ "$(lsblk -no TYPE "$dev" | wc -l)" -eq 1 ] || continue
+    [ -z "$(lsblk -no FSTYPE,MOUNTPOINT "$dev" | tr -d ' \n')" ] || continue
+    mkfs.xfs -L data "$dev"
+    break 2
+  done
+  sleep 5
+done
+grep -q '^LABEL=data ' /etc/fstab || echo 'LABEL=data /data xfs defaults,nofail,noatime 0 2' >> /etc/fstab
+mount /data
+"""
+
+
+def data_disk_script(size_gib: int, model: Optional[str], exclude: tuple[str, ...] = ()) -> str:
+    return _DATA_SH.format(size_gib=size_gib, model=shlex.quote(model or ""),
+                           exclude=shlex.quote(" ".join(exclude)))
+
+
 @dataclass(frozen=True)
 class LustreMount:
     """Where the parallel file system comes from: `source` as mount(8) takes it for `-t lustre`."""
@@ -99,6 +139,12 @@ class BootConfig:
     """Device of the non-persistent scratch disk when scratch == "disk"."""
     lustre: Optional[LustreMount] = None
     packages: tuple[str, ...] = ()
+    data_disk_gb: int = 0
+    """Size of the persistent data disk attached after boot, mounted at /data (0: none)."""
+    data_disk_model: Optional[str] = None
+    """Model string of the cloud's network disks (AWS: "Amazon Elastic Block Store"); None: any model."""
+    data_disk_exclude: tuple[str, ...] = ()
+    """Devices that are never the data disk (e.g. a scratch disk of the same size)."""
     files: tuple[dict, ...] = ()
     """Extra cloud-init write_files entries (e.g. an agent configuration)."""
     commands: tuple[tuple[str, ...], ...] = ()
@@ -134,6 +180,12 @@ def render(boot: BootConfig) -> str:
     if boot.lustre is not None:
         mounts.append([boot.lustre.source, "/lustre", "lustre", boot.lustre.options, "0", "0"])
         runcmd += [["mkdir", "-p", "/lustre"], ["mount", "/lustre"]]
+
+    if boot.data_disk_gb > 0:
+        files.append({"path": DATA_SCRIPT, "permissions": "0755", "owner": "root:root",
+                      "content": data_disk_script(boot.data_disk_gb, boot.data_disk_model, boot.data_disk_exclude)})
+        # In the background: the disk is attached only after the node is running.
+        runcmd.append(["systemd-run", "--unit=gpu-cluster-data", DATA_SCRIPT])
 
     files += list(boot.files)
     runcmd += [list(c) for c in boot.commands]

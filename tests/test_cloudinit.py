@@ -57,7 +57,8 @@ def test_no_scratch_no_lustre_no_data_disk():
 def test_data_disk_script_formats_only_a_blank_volume_of_its_size():
     doc = _doc(render(boot_config(P5, "nvme", PARAM, None, 1000)))
     script = _file(doc, "/usr/local/sbin/gpu-cluster-data")
-    assert "want=$(( 1000 * 1024 * 1024 * 1024 ))" in script
+    assert "WANT=$(( 1000 * 1024 * 1024 * 1024 ))" in script
+    assert "MODEL='Amazon Elastic Block Store'" in script
     assert "mkfs.xfs -L data" in script and "LABEL=data /data" in script
     assert ["systemd-run", "--unit=gpu-cluster-data", "/usr/local/sbin/gpu-cluster-data"] in doc["runcmd"]
 
@@ -70,3 +71,17 @@ def test_launch_template_user_data_is_that_document(sample_plan):
     (lustre,) = [m for m in doc["mounts"] if m[1] == "/lustre"]
     assert lustre[0] == f"{fs['dnsName']}@tcp:/{fs['mountName']}"
     assert re.search(r"^EXPECTED=8$", _file(doc, SCRATCH_SCRIPT), re.M)
+
+
+def test_boot_scripts_are_valid_bash(tmp_path):
+    import subprocess
+
+    from components.cloudinit import data_disk_script, scratch_script
+
+    for i, script in enumerate([scratch_script(8, "Amazon EC2 NVMe Instance Storage"), scratch_script(4, None),
+                                data_disk_script(1000, "Amazon Elastic Block Store"),
+                                data_disk_script(1000, None, ("/dev/vdb",))]):
+        path = tmp_path / f"script-{i}.sh"
+        path.write_text(script)
+        result = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr

@@ -125,3 +125,13 @@ def test_nodes_keep_their_image_when_a_newer_public_image_appears():
     regs = render(stack_with("tencent-large")).registrations
     nodes = [r for r in regs if r.type == INSTANCE]
     assert len(nodes) == 2 and all(r.ignore_changes == ["imageId"] for r in nodes)
+
+
+def test_data_disk_is_mounted_at_data_and_never_mistaken_for_the_scratch_disk(sample_plan):
+    # tencent-mid: a 1000 GB scratch disk (/dev/vdb) and a 1000 GB persistent CBS disk per node.
+    for node in inputs_of(sample_plan("tencent-mid"), INSTANCE):
+        doc = yaml.safe_load(node["userDataRaw"])
+        (script,) = [f["content"] for f in doc["write_files"] if f["path"] == "/usr/local/sbin/gpu-cluster-data"]
+        assert "WANT=$(( 1000 * 1024 * 1024 * 1024 ))" in script and "EXCLUDE=/dev/vdb" in script
+        assert "MODEL=''" in script  # virtio disks carry no model string
+        assert ["systemd-run", "--unit=gpu-cluster-data", "/usr/local/sbin/gpu-cluster-data"] in doc["runcmd"]

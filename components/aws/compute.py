@@ -13,7 +13,6 @@ exactly (node 0 on-demand, the rest spot).
 from __future__ import annotations
 
 import base64
-import textwrap
 from dataclasses import dataclass
 from typing import Literal, Mapping, Optional, Sequence
 
@@ -30,10 +29,10 @@ from components.spec import node_is_spot
 # It ships the NVIDIA driver, EFA, aws-ofi-nccl, the CloudWatch agent and the Lustre client.
 DLAMI_PARAMETER = "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
 NVME_MODEL = "Amazon EC2 NVMe Instance Storage"
+EBS_MODEL = "Amazon Elastic Block Store"
 CLOUDWATCH_AGENT_CTL = "/opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl"
 DATA_DEVICE = "/dev/sdf"
 SCRATCH_DEVICE = "/dev/sdg"
-DATA_SCRIPT = "/usr/local/sbin/gpu-cluster-data"
 
 Market = Literal["on_demand", "spot"]
 
@@ -74,59 +73,18 @@ def market(purchase: str, index: int) -> Market:
     return "spot" if node_is_spot(purchase, index) else "on_demand"
 
 
-def data_volume_script(size_gib: int) -> str:
-    """Format (first boot only) and mount the node's persistent data volume at /data.
-
-    The volume is attached after the instance starts, so the script waits for it. It is recognised as
-    an EBS NVMe disk of exactly `size_gib` that is blank or already labelled `data` — never the root
-    disk (partitioned) nor the scratch array.
-    """
-    return textwrap.dedent(f"""\
-        #!/bin/bash
-        # Mount the persistent data volume at /data (written by gpu-cluster).
-        set -euo pipefail
-        mountpoint -q /data && exit 0
-        mkdir -p /data
-        want=$(( {size_gib} * 1024 * 1024 * 1024 ))
-        for _ in $(seq 1 120); do
-          blkid -L data >/dev/null 2>&1 && break
-          for dev in /dev/nvme*n1; do
-            [ -b "$dev" ] || continue
-            model=$(sed 's/ *$//' "/sys/block/$(basename "$dev")/device/model" 2>/dev/null || true)
-            [ "$model" = "Amazon Elastic Block Store" ] || continue
-            [ "$(blockdev --getsize64 "$dev")" -eq "$want" ] || continue
-            [ "$(lsblk -no TYPE "$dev" | wc -l)" -eq 1 ] || continue
-            [ -z "$(lsblk -no FSTYPE,MOUNTPOINT "$dev" | tr -d ' \\n')" ] || continue
-            mkfs.xfs -L data "$dev"
-            break 2
-          done
-          sleep 5
-        done
-        grep -q '^LABEL=data ' /etc/fstab || echo 'LABEL=data /data xfs defaults,nofail,noatime 0 2' >> /etc/fstab
-        mount /data
-        """)
-
-
 def boot_config(shape: Shape, scratch: str, cloudwatch_parameter: str, lustre_source: Optional[str],
                 data_disk_gb: int) -> BootConfig:
     """What every node does at boot: RAID0 scratch, /lustre, /data, then the GPU metrics agent."""
-    files: list[dict] = []
-    commands: list[tuple[str, ...]] = []
-    if data_disk_gb > 0:
-        files.append({"path": DATA_SCRIPT, "permissions": "0755", "owner": "root:root",
-                      "content": data_volume_script(data_disk_gb)})
-        # In the background: the volume attaches only after the instance is running.
-        commands.append(("systemd-run", "--unit=gpu-cluster-data", DATA_SCRIPT))
-    commands.append((CLOUDWATCH_AGENT_CTL, "-a", "fetch-config", "-m", "ec2", "-s",
-                     "-c", f"ssm:{cloudwatch_parameter}"))
     return BootConfig(
         nvme_devices=shape.nvme_count,
         nvme_model=NVME_MODEL,
         scratch=scratch,
         scratch_disk=SCRATCH_DEVICE if scratch == "disk" else None,
         lustre=LustreMount(source=lustre_source) if lustre_source else None,
-        files=tuple(files),
-        commands=tuple(commands),
+        data_disk_gb=data_disk_gb,
+        data_disk_model=EBS_MODEL,
+        commands=((CLOUDWATCH_AGENT_CTL, "-a", "fetch-config", "-m", "ec2", "-s", "-c", f"ssm:{cloudwatch_parameter}"),),
     )
 
 

@@ -33,7 +33,8 @@ def driver_install() -> tuple[tuple[dict, ...], tuple[tuple[str, ...], ...]]:
     return files, commands
 
 
-def user_data(*, nvme_devices: int, scratch: str, lustre_source: Optional[str], install_driver: bool) -> str:
+def user_data(*, nvme_devices: int, scratch: str, lustre_source: Optional[str], install_driver: bool,
+              data_disk_gb: int = 0) -> str:
     """The #cloud-config document of a node."""
     files, commands = driver_install() if install_driver else ((), ())
     return render(BootConfig(
@@ -42,6 +43,9 @@ def user_data(*, nvme_devices: int, scratch: str, lustre_source: Optional[str], 
         scratch=scratch,
         scratch_disk=SCRATCH_DISK_DEVICE if scratch == "disk" else None,
         lustre=LustreMount(source=lustre_source) if lustre_source else None,
+        # CBS disks are virtio and carry no model string; the scratch disk may have the same size.
+        data_disk_gb=data_disk_gb,
+        data_disk_exclude=(SCRATCH_DISK_DEVICE,) if scratch == "disk" else (),
         files=files,
         commands=commands,
     ))

@@ -55,7 +55,7 @@ class ClusterComponent(pulumi.ComponentResource):
             opts=pulumi.InvokeOutputOptions(parent=self)).image_id
         user_data = pulumi.Output.from_input(storage.mount_target).apply(lambda source: boot.user_data(
             nvme_devices=shape.nvme_count, scratch=spec.storage.scratch, lustre_source=source,
-            install_driver=install_driver))
+            install_driver=install_driver, data_disk_gb=spec.storage.data_disk_gb))
 
         compute = Compute(f"{name}-compute", ComputeArgs(
             cluster_name=name, zone=spec.zone, instance_type=shape.type, nodes=spec.nodes, purchase=spec.purchase,
