@@ -44,10 +44,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
         _err(str(e))
         return EXIT_BAD_INPUT
     status = EXIT_OK
+    paths = _stack_files(args)
     rows: list[list[str]] = []
     notes: list[str] = []
     violations_seen: list[tuple[str, dict]] = []
-    for path in _stack_files(args):
+    listings: list[str] = []
+    for path in paths:
         try:
             stack_file: StackFile = read_stack_file(path)
             rendered = render(stack_file)
@@ -77,12 +79,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
             f"{len(mandatory)}/{len(report['violations'])}",
         ])
         notes += [f"{rendered.stack}: {n}" for n in report["notes"]]
+        if len(paths) == 1:
+            listings.append(_listing(Plan.from_doc(plan_doc)))
         violations_seen += [(rendered.stack, v) for v in report["violations"]]
     if rows:
         print(_table(rows, ["stack", "cloud", "tier", "shape", "nodes", "GPUs", "resources",
                             "monthly estimate", "budget", "violations (mandatory/all)"]))
         if any(r[7].endswith("*") for r in rows):
             print("* excludes unpriced items (no public price in the catalog); see the report's monthly_cost.unpriced")
+    for listing in listings:
+        print(listing)
     for note in notes:
         print(f"note: {note}")
     for stack, v in violations_seen:
@@ -90,6 +96,22 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if rows:
         print(f"plans written to {out}/")
     return status
+
+
+def _listing(plan: Plan) -> str:
+    """Every resource of a one-stack plan, by component: what `pulumi up` would create."""
+    by_urn = plan.by_urn()
+    groups: dict[str, list[str]] = {}
+    for r in plan.custom():
+        parent = by_urn.get(r.parent)
+        owner = f"{parent.type} {parent.name}" if parent else "(stack)"
+        flags = " [protected]" if r.protect else ""
+        groups.setdefault(owner, []).append(f"    {r.type:<60} {r.name}{flags}")
+    lines = [f"\n{plan.stack_name}: {sum(len(v) for v in groups.values())} resources"]
+    for owner in sorted(groups):
+        lines.append(f"  {owner}")
+        lines += sorted(groups[owner])
+    return "\n".join(lines)
 
 
 def cmd_check(args: argparse.Namespace) -> int:

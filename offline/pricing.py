@@ -205,6 +205,11 @@ def _tencent(plan: Plan, region: Optional[str]) -> MonthlyCost:
         size = _num(r.props.get("systemDiskSize"))
         if size:
             cost.items.append(_per_unit(f"CBS system disk {size:.0f} GB", r, size, "GB-month", p["cbs_gb_month"]))
+        for disk in r.props.get("dataDisks") or []:
+            size = _num(disk.get("dataDiskSize")) if isinstance(disk, dict) else None
+            if size:
+                cost.items.append(_per_unit(f"CBS {disk.get('dataDiskType', '')} instance disk {size:.0f} GB", r,
+                                            size, "GB-month", p["cbs_gb_month"]))
     for r in plan.of_type(TC_DISK):
         size = _num(r.props.get("storageSize")) or 0
         cost.items.append(_per_unit(f"CBS {r.props.get('storageType', '')} {r.name} {size:.0f} GB", r, size,

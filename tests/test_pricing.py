@@ -96,3 +96,37 @@ def test_auto_scaling_groups_split_on_demand_base_and_spot():
     cost = price_plan(export(lt, asg))
     assert [i.item for i in cost.items] == ["GPU nodes 1 × p4d.24xlarge", "GPU nodes 3 × p4d.24xlarge spot"]
     assert cost.items[0].monthly == pytest.approx(P4D * 730, abs=0.01)
+
+
+# Hand-computed from the catalog rows (instances.yaml, prices.yaml): 730 h a month; gp3 $0.08/GB-month;
+# NAT $0.045/h; FSx PERSISTENT_2 at 250/500 MB/s/TiB has no source, so it is unpriced.
+SAMPLE_TOTALS = {
+    "aws-entry": 0.526 * 730 + 100 * GP3 + 200 * GP3 + 730 * NAT,                 # 1 × g4dn.xlarge
+    "aws-mid": 21.957642 * 730 + 200 * GP3 + 1000 * GP3 + 730 * NAT,             # 1 × p4d.24xlarge
+    "aws-large": 2 * 55.04 * 730 + 2 * 500 * GP3 + 2 * 1000 * GP3 + 730 * NAT,   # 2 × p5.48xlarge
+}
+SAMPLE_UNPRICED = {
+    "aws-entry": set(),
+    "aws-mid": {"FSx for Lustre 2400 GiB at 250 MB/s/TiB"},
+    "aws-large": {"FSx for Lustre 4800 GiB at 500 MB/s/TiB"},
+}
+
+
+@pytest.mark.parametrize("stack", sorted(SAMPLE_TOTALS))
+def test_aws_sample_stacks_price_as_computed_by_hand(sample_plan, stack):
+    cost = price_plan(sample_plan(stack))
+    assert cost.total == pytest.approx(SAMPLE_TOTALS[stack], abs=0.05)
+    assert {i.item for i in cost.unpriced} == SAMPLE_UNPRICED[stack]
+    assert [i.item for i in cost.usage_based] == [i.item for i in cost.usage_based if i.item.startswith("S3 bucket")]
+    assert len(cost.usage_based) == 1
+
+
+# disks: persistent CBS data disks, plus tencent-mid's per-node scratch disk (an instance data disk).
+@pytest.mark.parametrize("stack,nodes,disks", [("tencent-entry", 1, 1), ("tencent-mid", 2, 4), ("tencent-large", 2, 2)])
+def test_tencent_sample_stacks_list_every_item_as_unpriced(sample_plan, stack, nodes, disks):
+    cost = price_plan(sample_plan(stack))
+    assert cost.currency == "CNY" and cost.total == 0 and cost.as_dict()["items"] == []
+    kinds = [i.item.split(" ")[0] + " " + i.item.split(" ")[1] for i in cost.unpriced]
+    assert kinds.count("GPU nodes") == nodes and kinds.count("CBS system") == nodes
+    assert sum(1 for i in cost.unpriced if i.item.startswith("CBS ") and "system" not in i.item) == disks
+    assert ("CFS Turbo" in kinds) == (stack != "tencent-entry")

@@ -55,6 +55,12 @@ def test_plan_file_has_every_resource_field(tmp_path):
     assert (report["stack"], report["cloud"], report["tier"], report["nodes"], report["gpus"]) == (
         "aws-entry", "aws", "entry", 1, 1)
     assert "aws-entry" in result.stdout and "g4dn.xlarge" in result.stdout
+    # One stack planned: every resource is listed, by component, protected ones marked.
+    listed = [line.split() for line in result.stdout.splitlines() if line.startswith("    ")]
+    managed = [r for r in doc["deployment"]["resources"][1:] if r["custom"] and not r["type"].startswith("pulumi:")]
+    assert sorted((w[0], w[1]) for w in listed) == sorted((r["type"], r["urn"].rsplit("::", 1)[1]) for r in managed)
+    assert {w[1] for w in listed if w[-1] == "[protected]"} == {
+        r["urn"].rsplit("::", 1)[1] for r in managed if r["protect"]}
 
 
 BAD_STACK = """\
