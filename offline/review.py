@@ -174,6 +174,8 @@ def _cost_line(review: StackReview) -> str:
     if a is None and b is None:
         return "no priced resources"
     cur = (a or b).currency
+    if not any(c.items and any(i.monthly is not None for i in c.items) for c in (a, b) if c):
+        return f"unpriced ({len(a.unpriced) if a else 0} item(s) without a public price)"
     before = b.total if b else 0.0
     after = a.total if a else 0.0
     delta = after - before
@@ -273,7 +275,8 @@ def review_command(base: str, out: Path) -> int:
         print(f"error: BASE={base!r} is not a commit in this repository", file=sys.stderr)
         return 2
     try:
-        stacks = sorted(set(SAMPLE_STACKS) | set(changed_stacks(base)), key=lambda s: (s not in SAMPLE_STACKS, s))
+        order = {s: i for i, s in enumerate(SAMPLE_STACKS)}
+        stacks = sorted(set(SAMPLE_STACKS) | set(changed_stacks(base)), key=lambda s: (order.get(s, len(order)), s))
         with tempfile.TemporaryDirectory(prefix="gpu-cluster-review-") as tmp:
             tree = Path(tmp) / "base"
             _git("worktree", "add", "--detach", "--quiet", str(tree), base)
