@@ -102,3 +102,20 @@ def test_unreadable_stack_files_exit_2(tmp_path, content, fragment):
 def test_missing_stack_file_exits_2(tmp_path):
     result = _run_cli("plan", "--stack-file", str(tmp_path / "nope.yaml"), "--out", str(tmp_path))
     assert result.returncode == 2 and "does not exist" in result.stderr
+
+
+def _make(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["make", "--no-print-directory", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_make_keeps_the_command_exit_statuses(tmp_path):
+    """DESIGN §6: make plan / make check exit 0 clean, 1 on a mandatory violation, 2 on bad input."""
+    acceptance = ROOT / "tests" / "fixtures" / "policies" / "acceptance"
+    violating = _make("check", f"PLAN={acceptance / 'shared-subnet.export.json'}")
+    assert violating.returncode == 1 and "dedicated-subnet" in violating.stdout
+    assert _make("check", f"PLAN={tmp_path / 'missing.json'}").returncode == 2
+    bad = tmp_path / "Pulumi.bad.yaml"
+    bad.write_text(BAD_STACK)
+    result = _make("plan", f"STACK_FILE={bad}")
+    assert result.returncode == 2 and "cluster.nodes=0" in result.stderr and "Traceback" not in result.stderr
