@@ -23,6 +23,9 @@ Criticality = Literal["critical", "standard", "experimental"]
 Purchase = Literal["on_demand", "spot", "mixed"]
 Scratch = Literal["nvme", "disk", "none"]
 
+NAME_TAG = "gpu-cluster:name"
+"""The tag naming a resource's cluster: budgets filter cost on it (both clouds)."""
+
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 _PRIVATE_V4 = [ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")]
 _ID_PATTERNS: dict[tuple[Cloud, str], str] = {
@@ -229,7 +232,7 @@ class Cluster:
     def tags(self) -> dict[str, str]:
         """Tags for every taggable resource: ours, then the user's (DESIGN §4)."""
         return {
-            "gpu-cluster:name": self.spec.name,
+            NAME_TAG: self.spec.name,
             "gpu-cluster:tier": self.spec.tier,
             "gpu-cluster:criticality": self.spec.criticality,
             "managed-by": "pulumi",

@@ -11,6 +11,14 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
 
+def number(value: Any) -> Optional[float]:
+    """A property as a number (engines send floats, exports may hold strings); None when it is not one."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
 class PlanFormatError(ValueError):
     """A file that is not a version-3 stack export."""
 

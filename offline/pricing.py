@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from components import catalog
-from offline.plan import Plan, Resource
+from offline.plan import Plan, Resource, number
 
 HOURS_PER_MONTH = 730
 
@@ -71,12 +71,6 @@ class MonthlyCost:
             "usage_based": [asdict(i) for i in self.usage_based],
         }
 
-
-def _num(value: Any) -> Optional[float]:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
 
 
 def _region(plan: Plan) -> Optional[str]:
@@ -151,7 +145,7 @@ def _aws(plan: Plan, region: Optional[str]) -> MonthlyCost:
 
     def root_disks(lt: Optional[Resource], r: Resource, count: int) -> None:
         for bdm in (lt.props.get("blockDeviceMappings") or []) if lt else []:
-            size = _num((bdm.get("ebs") or {}).get("volumeSize"))
+            size = number((bdm.get("ebs") or {}).get("volumeSize"))
             if size:
                 cost.items.append(_per_unit(f"EBS gp3 {bdm.get('deviceName', '')} {size:.0f} GB × {count}", r,
                                             size * count, "GB-month", p["ebs_gp3_gb_month"],
@@ -166,10 +160,10 @@ def _aws(plan: Plan, region: Optional[str]) -> MonthlyCost:
         root_disks(lt, r, 1)
     for r in plan.of_type(AWS_ASG):
         lt = template_of(r)
-        count = int(_num(r.props.get("desiredCapacity")) or _num(r.props.get("minSize")) or 0)
+        count = int(number(r.props.get("desiredCapacity")) or number(r.props.get("minSize")) or 0)
         dist = ((r.props.get("mixedInstancesPolicy") or {}).get("instancesDistribution") or {})
-        base = int(_num(dist.get("onDemandBaseCapacity")) or 0)
-        above = _num(dist.get("onDemandPercentageAboveBaseCapacity"))
+        base = int(number(dist.get("onDemandBaseCapacity")) or 0)
+        above = number(dist.get("onDemandPercentageAboveBaseCapacity"))
         spot = 0 if not dist else round((count - base) * (1 - (above if above is not None else 100) / 100))
         itype = lt.props.get("instanceType") if lt else None
         if count - spot:
@@ -178,12 +172,12 @@ def _aws(plan: Plan, region: Optional[str]) -> MonthlyCost:
             cost.items.append(_node_item("aws", r, itype, spot, True, region))
         root_disks(lt, r, count)
     for r in plan.of_type(AWS_VOLUME):
-        size = _num(r.props.get("size")) or 0
+        size = number(r.props.get("size")) or 0
         cost.items.append(_per_unit(f"EBS {r.props.get('type', 'gp3')} {r.name} {size:.0f} GB", r, size,
                                     "GB-month", p["ebs_gp3_gb_month"], off_region, region_note))
     for r in plan.of_type(AWS_FSX):
-        size = _num(r.props.get("storageCapacity")) or 0
-        tput = int(_num(r.props.get("perUnitStorageThroughput")) or 0)
+        size = number(r.props.get("storageCapacity")) or 0
+        tput = int(number(r.props.get("perUnitStorageThroughput")) or 0)
         entry = p["fsx_lustre_persistent2_gb_month"].get(tput, {"price": None, "source": "not catalogued"})
         cost.items.append(_per_unit(f"FSx for Lustre {size:.0f} GiB at {tput} MB/s/TiB", r, size,
                                     "GB-month", entry, off_region, region_note))
@@ -202,20 +196,20 @@ def _tencent(plan: Plan, region: Optional[str]) -> MonthlyCost:
     for r in plan.of_type(TC_INSTANCE):
         spot = r.props.get("instanceChargeType") == "SPOTPAID"
         cost.items.append(_node_item("tencentcloud", r, r.props.get("instanceType"), 1, spot, region))
-        size = _num(r.props.get("systemDiskSize"))
+        size = number(r.props.get("systemDiskSize"))
         if size:
             cost.items.append(_per_unit(f"CBS system disk {size:.0f} GB", r, size, "GB-month", p["cbs_gb_month"]))
         for disk in r.props.get("dataDisks") or []:
-            size = _num(disk.get("dataDiskSize")) if isinstance(disk, dict) else None
+            size = number(disk.get("dataDiskSize")) if isinstance(disk, dict) else None
             if size:
                 cost.items.append(_per_unit(f"CBS {disk.get('dataDiskType', '')} instance disk {size:.0f} GB", r,
                                             size, "GB-month", p["cbs_gb_month"]))
     for r in plan.of_type(TC_DISK):
-        size = _num(r.props.get("storageSize")) or 0
+        size = number(r.props.get("storageSize")) or 0
         cost.items.append(_per_unit(f"CBS {r.props.get('storageType', '')} {r.name} {size:.0f} GB", r, size,
                                     "GB-month", p["cbs_gb_month"]))
     for r in plan.of_type(TC_CFS):
-        size = _num(r.props.get("capacity")) or 0
+        size = number(r.props.get("capacity")) or 0
         cost.items.append(_per_unit(f"CFS Turbo {r.props.get('storageType', '')} {size:.0f} GiB", r, size,
                                     "GiB-month", p["cfs_turbo_gib_month"]))
     for r in plan.of_type(TC_NAT):

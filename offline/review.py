@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from offline.plan import Plan, PlanFormatError, Resource
+from offline.plan import Plan, PlanFormatError, Resource, number
 from offline.pricing import MonthlyCost, price_plan
 from offline.render import ROOT, SAMPLE_STACKS
 
@@ -104,12 +104,6 @@ def _managed(plan: Optional[Plan]) -> dict[str, Resource]:
     return {r.urn: r for r in (plan.custom() if plan else [])}
 
 
-def _num(v: Any) -> Optional[float]:
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return None
-
 
 def _show(value: Any) -> str:
     if isinstance(value, float) and value.is_integer():
@@ -124,7 +118,7 @@ def diff_resource(before: Resource, after: Resource) -> Optional[Change]:
         return None
     forced = [k for k in keys if k in FORCE_NEW.get(after.type, ())]
     shrunk = [k for k in keys if k in NO_SHRINK.get(after.type, ())
-              and (_num(after.inputs.get(k)) or 0) < (_num(before.inputs.get(k)) or 0)]
+              and (number(after.inputs.get(k)) or 0) < (number(before.inputs.get(k)) or 0)]
     if forced or shrunk:
         why = ", ".join([f"{k}: {_show(before.inputs.get(k))} → {_show(after.inputs.get(k))}" for k in forced]
                         + [f"{k} shrinks {before.inputs.get(k)} → {after.inputs.get(k)}" for k in shrunk])

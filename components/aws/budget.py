@@ -12,14 +12,14 @@ import pulumi
 import pulumi_aws as aws
 
 from components.aws.common import policy_output, tagged
+from components.spec import NAME_TAG
 
-COST_TAG_KEY = "gpu-cluster:name"
 """The tag whose value scopes the budget: every taggable resource of a cluster carries it."""
 
 
 def cost_filter_value(cluster_name: str) -> str:
     """AWS Budgets' TagKeyValue filter for a user-defined tag: "user:<key>$<value>" (shared/facts/aws.md)."""
-    return f"user:{COST_TAG_KEY}${cluster_name}"
+    return f"user:{NAME_TAG}${cluster_name}"
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ class Budget(pulumi.ComponentResource):
             # A new tag key shows up in Cost Explorer only after resources carrying it have been billed;
             # until then (up to 24 h) activation fails and `pulumi up` must be re-run (shared/facts/aws.md).
             depends_on.append(aws.costexplorer.CostAllocationTag(
-                f"{name}-cost-tag", tag_key=COST_TAG_KEY, status="Active", opts=child))
+                f"{name}-cost-tag", tag_key=NAME_TAG, status="Active", opts=child))
 
         notify = dict(subscriber_email_addresses=list(args.emails), subscriber_sns_topic_arns=[topic.arn])
         notifications = [

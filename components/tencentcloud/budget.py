@@ -15,7 +15,8 @@ from typing import Mapping, Optional
 import pulumi
 import tencentcloud_iac_pulumi as tencentcloud
 
-NAME_TAG = "gpu-cluster:name"
+from components.spec import NAME_TAG
+
 FORECAST_PCT = 100
 
 # A budget needs a validity window (period_begin / period_end, "YYYY-MM" for monthly budgets,
