@@ -1,71 +1,61 @@
-# gpu-cluster — the user-facing commands (DESIGN §6). Each sets up ./venv from requirements.txt
-# when it is missing or older than requirements.txt.
+# gpu-cluster: a thin convenience over the `gpu-cluster` command (venv/bin/gpu-cluster).
+#
+# Exit statuses: make exits 0 when the command succeeds and 2 when it fails — GNU make reports every
+# failing recipe as 2, so a policy violation (the command's 1) and bad input (the command's 2) both
+# reach your shell as 2. Scripts that need the difference run `venv/bin/gpu-cluster ...` directly:
+# it returns 0 clean, 1 a mandatory policy violation, 2 bad input or an unreadable file.
+#
+# Nothing runs while make reads this file: `make -n <target>` only prints what would run.
+# Variables reach the commands through the environment, never pasted into a shell line.
+
+.DEFAULT_GOAL := help
 PYTHON ?= python3
 VENV := venv
-PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-from-requirements
-SETUP_VENV := { test -x $(PY) || $(PYTHON) -m venv $(VENV); } && \
-              { test $(STAMP) -nt requirements.txt || \
-                { $(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt && touch $(STAMP); }; }
+BIN := $(VENV)/bin
+GPU := $(BIN)/gpu-cluster
+STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
 
-STACK ?=
-STACK_FILE ?=
-PLAN ?=
-BASE ?=
-POLICY_CONFIG ?=
+export STACK STACK_FILE PLAN BASE POLICY_CONFIG ARGS
 
-plan_args := $(if $(STACK),--stack $(STACK)) $(if $(STACK_FILE),--stack-file $(STACK_FILE)) \
-             $(if $(POLICY_CONFIG),--policy-config $(POLICY_CONFIG))
+.PHONY: help venv plan check review catalog test bench clean
 
-.PHONY: plan check review test bench venv clean
+help: ## list the targets (the default goal)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@echo "  variables: STACK=<name> STACK_FILE=<path> PLAN=<file> BASE=<git ref> POLICY_CONFIG=<file> ARGS='<options>'"
 
-venv: $(STAMP)
+$(STAMP): requirements.txt pyproject.toml
+	@echo "setting up ./$(VENV) from requirements.txt (the first time takes 1-2 minutes: the provider SDKs are large)"
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --disable-pip-version-check -r requirements.txt
+	$(BIN)/python -m pip install --disable-pip-version-check --quiet --no-deps -e .
+	@touch $@
 
-$(STAMP): requirements.txt
-	@$(SETUP_VENV)
+$(TEST_STAMP): $(STAMP) requirements-test.txt
+	$(BIN)/python -m pip install --disable-pip-version-check -r requirements-test.txt
+	@touch $@
 
-# `plan` and `check` exit 0 (clean), 1 (a mandatory policy violation) or 2 (bad input). GNU make turns
-# every failed recipe into 2, so these two run their command while this file is read: its output is
-# printed, 2 fails the recipe, and 1 switches make into question mode (-q), in which make runs no
-# recipe and exits 1 because the phony goal is "out of date".
-offline_goals := $(filter plan check,$(MAKECMDGOALS))
-ifneq ($(offline_goals),)
-  ifneq ($(words $(offline_goals)),1)
-    $(error run `make plan` and `make check` separately: each has its own exit status)
-  endif
-  ifeq ($(offline_goals),check)
-    ifeq ($(PLAN),)
-      $(error give a plan file: make check PLAN=path/to/plan.json)
-    endif
-    offline_args := check $(PLAN) $(if $(POLICY_CONFIG),--policy-config $(POLICY_CONFIG))
-  else
-    offline_args := plan $(plan_args)
-  endif
-  setup_status := $(shell $(SETUP_VENV) >&2; echo $$?)
-  ifneq ($(setup_status),0)
-    $(error could not set up $(VENV) from requirements.txt)
-  endif
-  offline_out := $(shell mktemp)
-  offline_status := $(shell $(PY) -m offline $(offline_args) > $(offline_out); echo $$?)
-  $(if $(file < $(offline_out)),$(info $(file < $(offline_out))))
-  $(shell rm -f $(offline_out))
-  ifeq ($(offline_status),1)
-    MAKEFLAGS += -q
-  endif
-endif
+venv: $(STAMP) ## set up ./venv: the program, its providers and the gpu-cluster command
 
-plan check:
-	@exit $(offline_status)
+plan: $(STAMP) ## render, price and policy-check the sample stacks into build/plans/ (STACK=... or STACK_FILE=... for one)
+	$(GPU) plan $(if $(STACK),--stack "$$STACK") $(if $(STACK_FILE),--stack-file "$$STACK_FILE") $(if $(POLICY_CONFIG),--policy-config "$$POLICY_CONFIG")
 
-review: $(STAMP)
-	@test -n "$(BASE)" || { echo "error: give a base ref: make review BASE=origin/main" >&2; exit 2; }
-	@$(PY) -m offline review --base $(BASE)
+check: $(STAMP) ## run the policy pack on a plan or `pulumi stack export` file (PLAN=...)
+	@test -n "$$PLAN" || { echo "error: give a plan file: make check PLAN=path/to/plan.json" >&2; exit 2; }
+	$(GPU) check "$$PLAN" $(if $(POLICY_CONFIG),--policy-config "$$POLICY_CONFIG")
 
-test: $(STAMP)
-	$(PY) -m pytest -q
+review: $(STAMP) ## write build/review.md: every stack at BASE vs the work tree (BASE=origin/main)
+	@test -n "$$BASE" || { echo "error: give a base ref: make review BASE=origin/main" >&2; exit 2; }
+	$(GPU) review --base "$$BASE"
 
-bench: $(STAMP)
-	@$(PY) -m bench
+catalog: $(STAMP) ## list tiers, shapes, zones and prices (ARGS='--cloud aws --json' to filter)
+	$(GPU) catalog $$ARGS
 
-clean:
+test: $(TEST_STAMP) ## run the test suite
+	$(BIN)/python -m pytest -q
+
+bench: $(TEST_STAMP) ## measure render, check and review speed (docs/benchmarks.md)
+	$(BIN)/python -m bench
+
+clean: ## delete build/ (plans, reports, the review)
 	rm -rf build

@@ -83,7 +83,7 @@ def ours(stack: str, nodes: int, plan_out: str) -> dict:
 
     import components.cluster  # noqa: F401  (imports before the clock, as for the floors)
     from components import tiers
-    from offline.render import StackFile, read_stack_file, render, stack_path
+    from gpu_cluster.render import StackFile, read_stack_file, render, stack_path
 
     cloud = "aws" if stack.startswith("aws") else "tencentcloud"
     _import_provider_modules(cloud)
@@ -105,7 +105,7 @@ def ours(stack: str, nodes: int, plan_out: str) -> dict:
 
 
 def baseline(stack: str, nodes: int, plan_in: str, typed: bool = False) -> dict:
-    from offline.mocks import GpuClusterMocks, RecordingMonitor
+    from gpu_cluster.mocks import GpuClusterMocks, RecordingMonitor
 
     with open(plan_in, encoding="utf-8") as f:
         resources = json.load(f)["deployment"]["resources"]

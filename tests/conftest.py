@@ -1,4 +1,4 @@
-"""Test harness: render the real program under the project's one Mocks class (offline/mocks.py).
+"""Test harness: render the real program under the project's one Mocks class (gpu_cluster/mocks/).
 
 `render_cluster(overrides)` renders a sample stack with changes applied to its `gpu-cluster:cluster`
 value and returns the plan as a `Plan`; components are built inside each test, by the real
@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from offline.plan import Plan  # noqa: E402
-from offline.render import StackFile, read_stack_file, render, stack_path  # noqa: E402
+from gpu_cluster.plan import Plan  # noqa: E402
+from gpu_cluster.render import StackFile, read_stack_file, render, stack_path  # noqa: E402
 
 
 def merge(base: dict, changes: dict) -> dict:

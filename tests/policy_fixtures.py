@@ -22,7 +22,7 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
-from offline.plan import Plan
+from gpu_cluster.plan import Plan
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "policies"
 BASELINES = ("aws-baseline.json", "tencent-baseline.json")

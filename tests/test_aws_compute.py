@@ -145,7 +145,7 @@ def test_critical_mixed_protects_only_the_on_demand_node(render_cluster):
 
 def test_nodes_ignore_template_changes_so_a_new_image_never_replaces_them():
     from conftest import stack_with
-    from offline.render import render
+    from gpu_cluster.render import render
 
     regs = render(stack_with("aws-large")).registrations
     nodes = [r for r in regs if r.type == "aws:ec2/instance:Instance"]

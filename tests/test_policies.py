@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from offline.plan import Plan
-from offline.policyrun import POLICIES, run_policies
+from gpu_cluster.plan import Plan
+from gpu_cluster.policyrun import POLICIES, run_policies
 from policy_fixtures import BASELINES, FIXTURES, case_files, load
 
 ENFORCEMENT = {p.name: p.enforcement_level.value for p in POLICIES}

@@ -10,9 +10,10 @@ from types import SimpleNamespace
 import pytest
 from pulumi_policy import EnforcementLevel, PolicyConfigSchema, ResourceValidationPolicy, StackValidationPolicy
 
-from offline.cli import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATION, cmd_check
-from offline.plan import Plan
-from offline.policyrun import POLICIES, Violation, format_violations, load_policy_config, run_policies
+from gpu_cluster.cli import main
+from gpu_cluster.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATION, UserError
+from gpu_cluster.plan import Plan
+from gpu_cluster.policyrun import POLICIES, Violation, format_violations, load_policy_config, run_policies
 from policy_fixtures import FIXTURES, case_files
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -107,7 +108,7 @@ def test_config_numbers_arrive_as_the_engine_sends_them():
 def test_bad_policy_config_files(tmp_path, content, fragment):
     path = tmp_path / "policy-config.json"
     path.write_text(content)
-    with pytest.raises(ValueError, match=re.escape(fragment)):
+    with pytest.raises(UserError, match=re.escape(fragment)):
         load_policy_config(str(path))
 
 
@@ -117,7 +118,7 @@ def test_policy_config_file_in_pulumi_format(tmp_path):
                                 "dedicated-subnet": {"allowedSharedSubnetIds": ["subnet-0feedfacecafe0001"]}}))
     config = load_policy_config(str(path))
     assert load_policy_config(None) is None
-    with pytest.raises(ValueError, match="cannot be read"):
+    with pytest.raises(UserError, match="does not exist"):
         load_policy_config(str(tmp_path / "missing.json"))
     plan = Plan.load(FIXTURES / "acceptance" / "shared-subnet.export.json")
     assert run_policies(plan, config) == []
@@ -135,21 +136,21 @@ def test_violation_dict_and_table():
     assert format_violations([]).startswith("no policy violations")
 
 
-# ---- make check --------------------------------------------------------------------------------------
+# ---- gpu-cluster check -------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("export,policy", [("shared-subnet", "dedicated-subnet"),
                                            ("critical-all-spot", "no-spot-only-critical")])
 def test_check_acceptance_exports(capsys, export, policy):
     path = FIXTURES / "acceptance" / f"{export}.export.json"
-    assert cmd_check(SimpleNamespace(plan=str(path), policy_config=None)) == EXIT_VIOLATION
+    assert main(["check", str(path)]) == EXIT_VIOLATION
     out = capsys.readouterr().out
     assert policy in out and "mandatory" in out
 
 
 def test_check_clean_and_bad_inputs(capsys, tmp_path):
-    assert cmd_check(SimpleNamespace(plan=str(FIXTURES / "aws-baseline.json"), policy_config=None)) == EXIT_OK
-    assert cmd_check(SimpleNamespace(plan=str(tmp_path / "none.json"), policy_config=None)) == EXIT_BAD_INPUT
+    assert main(["check", str(FIXTURES / "aws-baseline.json")]) == EXIT_OK
+    assert main(["check", str(tmp_path / "none.json")]) == EXIT_BAD_INPUT
     bad = tmp_path / "cfg.json"
     bad.write_text('{"all": "loud"}')
-    assert cmd_check(SimpleNamespace(plan=str(FIXTURES / "aws-baseline.json"), policy_config=str(bad))) == EXIT_BAD_INPUT
+    assert main(["check", str(FIXTURES / "aws-baseline.json"), "--policy-config", str(bad)]) == EXIT_BAD_INPUT
     assert "enforcement level 'loud'" in capsys.readouterr().err

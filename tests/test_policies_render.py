@@ -8,10 +8,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from offline.cli import EXIT_VIOLATION, cmd_plan
-from offline.plan import Plan
-from offline.policyrun import run_policies
-from offline.render import SAMPLE_STACKS, render
+from gpu_cluster.cli import main
+from gpu_cluster.errors import EXIT_VIOLATION
+from gpu_cluster.plan import Plan
+from gpu_cluster.policyrun import run_policies
+from gpu_cluster.render import SAMPLE_STACKS, render
 
 from conftest import stack_with
 
@@ -151,8 +152,7 @@ def test_rendered_estimate_over_budget():
 
 def test_critical_spot_stack_file_renders_and_fails(tmp_path, capsys):
     stack_file = Path(__file__).parent / "fixtures" / "policies" / "acceptance" / "Pulumi.critical-spot.yaml"
-    args = SimpleNamespace(stack=[], stack_file=[str(stack_file)], out=str(tmp_path), policy_config=None)
-    assert cmd_plan(args) == EXIT_VIOLATION
+    assert main(["plan", "--stack-file", str(stack_file), "--out", str(tmp_path)]) == EXIT_VIOLATION
     import json
     report = json.loads((tmp_path / "critical-spot.report.json").read_text())
     assert [(v["policy"], v["enforcement"]) for v in report["violations"]] == [("no-spot-only-critical", "mandatory")]

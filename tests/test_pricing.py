@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from offline.plan import Plan
-from offline.pricing import HOURS_PER_MONTH, price_plan
+from gpu_cluster.plan import Plan
+from gpu_cluster.pricing import HOURS_PER_MONTH, price_plan
 
 P5, P4D, G4DN = 55.04, 21.957642, 0.526
 GP3, FSX125, NAT = 0.08, 0.145, 0.045

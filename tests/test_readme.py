@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from offline import config_table
+from gpu_cluster import config_table
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -12,7 +12,7 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 def test_config_table_is_generated_from_the_models():
     text = README.read_text(encoding="utf-8")
     assert config_table.current_block(text) == config_table.block(), (
-        "README's stack-file table is stale: run `./venv/bin/python -m offline.config_table --write`")
+        "README's stack-file table is stale: run `./venv/bin/python -m gpu_cluster.config_table --write`")
 
 
 def test_every_spec_field_appears_in_the_table():

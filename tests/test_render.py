@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from offline.render import SAMPLE_STACKS
+from gpu_cluster.render import SAMPLE_STACKS
 
 ROOT = Path(__file__).resolve().parent.parent
 RESOURCE_KEYS = {"urn", "type", "custom", "inputs", "outputs", "parent", "protect", "dependencies"}
@@ -38,7 +38,7 @@ def test_sample_stack_renders_as_a_stack_export(sample_plan, stack):
 
 
 def _run_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "offline", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "gpu_cluster", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=300)
 
 
@@ -56,11 +56,14 @@ def test_plan_file_has_every_resource_field(tmp_path):
         "aws-entry", "aws", "entry", 1, 1)
     assert "aws-entry" in result.stdout and "g4dn.xlarge" in result.stdout
     # One stack planned: every resource is listed, by component, protected ones marked.
-    listed = [line.split() for line in result.stdout.splitlines() if line.startswith("    ")]
     managed = [r for r in doc["deployment"]["resources"][1:] if r["custom"] and not r["type"].startswith("pulumi:")]
-    assert sorted((w[0], w[1]) for w in listed) == sorted((r["type"], r["urn"].rsplit("::", 1)[1]) for r in managed)
-    assert {w[1] for w in listed if w[-1] == "[protected]"} == {
-        r["urn"].rsplit("::", 1)[1] for r in managed if r["protect"]}
+    listed = {}
+    for line in result.stdout.splitlines():
+        words = line.split()
+        types = [w for w in words if w.startswith("aws:")]
+        if types:
+            listed[words[words.index(types[-1]) + 1]] = (types[-1], words[-1] == "protected")
+    assert listed == {r["urn"].rsplit("::", 1)[1]: (r["type"], r["protect"]) for r in managed}
 
 
 BAD_STACK = """\
@@ -109,13 +112,28 @@ def _make(*args: str) -> subprocess.CompletedProcess:
                           timeout=300)
 
 
-def test_make_keeps_the_command_exit_statuses(tmp_path):
-    """DESIGN §6: make plan / make check exit 0 clean, 1 on a mandatory violation, 2 on bad input."""
-    acceptance = ROOT / "tests" / "fixtures" / "policies" / "acceptance"
-    violating = _make("check", f"PLAN={acceptance / 'shared-subnet.export.json'}")
-    assert violating.returncode == 1 and "dedicated-subnet" in violating.stdout
-    assert _make("check", f"PLAN={tmp_path / 'missing.json'}").returncode == 2
+def test_cli_keeps_its_exit_statuses_and_make_reports_failure(tmp_path):
+    """The command returns 0 / 1 / 2; make passes success as 0 and any failure as 2 (GNU make's own)."""
+    violating = ROOT / "tests" / "fixtures" / "policies" / "acceptance" / "shared-subnet.export.json"
+    result = _run_cli("check", str(violating))
+    assert result.returncode == 1 and "dedicated-subnet" in result.stdout
+    assert _run_cli("check", str(tmp_path / "missing.json")).returncode == 2
+    made = _make("check", f"PLAN={violating}")
+    assert made.returncode == 2 and "dedicated-subnet" in made.stdout
     bad = tmp_path / "Pulumi.bad.yaml"
     bad.write_text(BAD_STACK)
     result = _make("plan", f"STACK_FILE={bad}")
     assert result.returncode == 2 and "cluster.nodes=0" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_make_reads_without_running_anything(tmp_path):
+    """`make -n plan` only prints; plain `make` is the help; variables never reach a shell line."""
+    dry = _make("-n", "plan", "STACK=aws-entry")
+    assert dry.returncode == 0 and "gpu-cluster plan" in dry.stdout
+    assert "venv/bin/gpu-cluster" in dry.stdout and not (ROOT / "build" / "plans" / "never").exists()
+    help_text = _make().stdout
+    for target in ("help", "plan", "check", "review", "catalog", "test", "bench", "clean"):
+        assert f"make {target} " in help_text
+    marker = tmp_path / "injected"
+    _make("review", f"BASE=HEAD; touch {marker}")
+    assert not marker.exists()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from offline.review import diff_plans, render_markdown, review_stack
+from gpu_cluster.review import diff_plans, render_markdown, review_stack
 
 P5_NODE_MONTH = 55.04 * 730      # catalog: p5.48xlarge on-demand, us-east-1
 ROOT_DISK_MONTH = 500 * 0.08     # aws-large root_gb 500, gp3 $0.08/GB-month
@@ -66,19 +66,19 @@ def test_a_new_stack_is_all_additions(sample_plan):
 
 
 def test_make_review_against_a_base_ref(tmp_path):
-    """`python -m offline review` on a throwaway clone whose last commit changes a stack file."""
+    """`gpu-cluster review` on a throwaway clone whose last commit changes a stack file."""
     root = Path(__file__).resolve().parent.parent
     clone = tmp_path / "repo"
     run = lambda *a, cwd=clone: subprocess.run(a, cwd=cwd, capture_output=True, text=True, check=True)  # noqa: E731
     run("git", "clone", "-q", "--no-local", str(root), str(clone), cwd=tmp_path)
     # The clone has what is committed; bring the work tree's code over so the test checks this code.
-    for path in ("components", "offline", "policies", "stacks", "__main__.py"):
+    for path in ("components", "gpu_cluster", "policies", "stacks", "__main__.py"):
         subprocess.run(["cp", "-r", str(root / path), str(clone / Path(path).parent)], check=True)
     run("git", "-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-qam", "base", "--allow-empty")
     stack = clone / "stacks" / "Pulumi.aws-entry.yaml"
     stack.write_text(stack.read_text().replace("data_disk_gb: 200", "data_disk_gb: 400"))
     run("git", "-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-qam", "grow the data disk")
-    result = subprocess.run([sys.executable, "-m", "offline", "review", "--base", "HEAD~1", "--out",
+    result = subprocess.run([sys.executable, "-m", "gpu_cluster", "review", "--base", "HEAD~1", "--out",
                              str(tmp_path / "review.md")], cwd=clone, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     md = (tmp_path / "review.md").read_text()

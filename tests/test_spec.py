@@ -6,7 +6,7 @@ import pytest
 
 from components.spec import SpecError, load_spec
 from conftest import merge
-from offline.render import SAMPLE_STACKS, read_stack_file, stack_path, validate
+from gpu_cluster.render import SAMPLE_STACKS, read_stack_file, stack_path, validate
 
 AWS = {
     "name": "llm-large", "cloud": "aws", "zone": "us-east-1a", "tier": "large", "nodes": 2,

@@ -55,7 +55,7 @@ def test_gpu_alarms_idle_two_hours_and_hot_bound_to_every_node(sample_plan):
 
 
 def test_exports():
-    from offline.render import read_stack_file, render, stack_path
+    from gpu_cluster.render import read_stack_file, render, stack_path
     out = render(read_stack_file(stack_path("tencent-large"))).outputs
     assert set(out) == {"vpc_id", "subnet_id", "hpc_cluster_id", "node_ids", "cfs_mount_target",
                         "checkpoint_bucket", "budget_id", "connect"}

@@ -120,7 +120,7 @@ def test_critical_mixed_protects_only_the_on_demand_node(render_cluster):
 
 def test_nodes_keep_their_image_when_a_newer_public_image_appears():
     from conftest import stack_with
-    from offline.render import render
+    from gpu_cluster.render import render
 
     regs = render(stack_with("tencent-large")).registrations
     nodes = [r for r in regs if r.type == INSTANCE]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from offline.render import SAMPLE_STACKS
+from gpu_cluster.render import SAMPLE_STACKS
 
 WORKFLOW = Path(__file__).resolve().parent.parent / ".github" / "workflows" / "infra-review.yml"
 

@@ -114,6 +114,40 @@ def limit(cloud: Cloud, name: str) -> Any:
 
 
 @lru_cache(maxsize=None)
+def sources() -> dict[str, str]:
+    """What each source key of the rows stands for (sources.yaml): a URL or a repository file."""
+    return _read("sources.yaml")
+
+
+def source_labels(keys: tuple[str, ...]) -> tuple[str, ...]:
+    """The full citation of each source key."""
+    return tuple(f"{k}: {sources().get(k, 'unknown source')}" for k in keys)
+
+
+def regions(cloud: Cloud) -> tuple[str, ...]:
+    """Every region name of `cloud` (catalog limit `regions`, from the provider's own list)."""
+    return tuple(limit(cloud, "regions"))
+
+
+def region_of_zone(cloud: Cloud, zone: str) -> str:
+    """The region a zone belongs to (us-east-1a → us-east-1; ap-shanghai-5 → ap-shanghai)."""
+    return zone[:-1] if cloud == "aws" else zone.rsplit("-", 1)[0]
+
+
+def sold_regions(shape: Shape) -> tuple[str, ...]:
+    """Regions where the catalog records `shape` as sold (from its regions or zones); () = not recorded."""
+    if shape.regions:
+        return shape.regions
+    return tuple(dict.fromkeys(region_of_zone(shape.cloud, z) for z in shape.zones))
+
+
+def sold_in(shape: Shape, region: str) -> bool:
+    """False only when the catalog records where `shape` is sold and `region` is not among them."""
+    recorded = sold_regions(shape)
+    return not recorded or region in recorded
+
+
+@lru_cache(maxsize=None)
 def prices(cloud: Cloud) -> dict[str, Any]:
     """Storage, network and spot prices of `cloud` (prices.yaml), each entry with its source."""
     return _read("prices.yaml")[cloud]

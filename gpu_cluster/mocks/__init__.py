@@ -1,7 +1,7 @@
-"""The one Mocks class (DESIGN §9): deterministic ids, realistic computed outputs, answers to lookups.
+"""The one Mocks class (docs/architecture.md, "Tests"): deterministic ids, realistic computed outputs, answers to lookups.
 
 Used by the offline renderer and by the tests alike. What a cloud computes (ARNs, DNS names, mount
-names) and the lookups its components make live in `offline/mocks_<cloud>.py`, each a table of
+names) and the lookups its components make live in `gpu_cluster/mocks/<cloud>.py`, each a table of
 small functions keyed by the provider's type token; this module merges them and records every
 registration the program makes, in order, for the plan file.
 """
@@ -17,7 +17,8 @@ from pulumi.runtime import rpc
 from pulumi.runtime.mocks import MockCallArgs, MockMonitor, MockResourceArgs
 from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
 
-from offline import mocks_aws, mocks_tencentcloud
+from gpu_cluster.mocks import aws as mocks_aws
+from gpu_cluster.mocks import tencentcloud as mocks_tencentcloud
 
 # A computed-outputs function gets (logical name, engine inputs, id) and returns extra outputs.
 Computed = Callable[[str, dict, str], dict]
@@ -54,7 +55,7 @@ class GpuClusterMocks(pulumi.runtime.Mocks):
         lookup = LOOKUPS.get(args.token)
         if lookup is None:
             raise NotImplementedError(
-                f"offline mocks have no answer for the lookup {args.token}; add one to offline/mocks_*.py"
+                f"offline mocks have no answer for the lookup {args.token}; add one to gpu_cluster/mocks/<cloud>.py"
             )
         return lookup(args.args)
 

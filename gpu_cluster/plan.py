@@ -5,10 +5,12 @@ One reader for every consumer (policy runner, pricer, review, tests), so each se
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
+
+from gpu_cluster.errors import UserError
+from gpu_cluster.files import load_json
 
 
 def number(value: Any) -> Optional[float]:
@@ -19,7 +21,7 @@ def number(value: Any) -> Optional[float]:
         return None
 
 
-class PlanFormatError(ValueError):
+class PlanFormatError(UserError):
     """A file that is not a version-3 stack export."""
 
 
@@ -84,13 +86,9 @@ class Plan:
     def load(cls, path: Path) -> "Plan":
         path = Path(path)
         try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise PlanFormatError(f"{path}: no such file") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise PlanFormatError(f"{path}: not a JSON stack export ({e})") from None
-        except OSError as e:
-            raise PlanFormatError(f"{path}: cannot be read ({e.strerror or e})") from None
+            doc = load_json(path, "plan file")
+        except UserError as e:
+            raise PlanFormatError(str(e)) from None
         return cls.from_doc(doc, path)
 
     def __iter__(self) -> Iterator[Resource]:

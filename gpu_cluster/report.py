@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from offline.plan import Plan
-from offline.render import Rendered
+from gpu_cluster.plan import Plan
+from gpu_cluster.render import Rendered
 
 
 def build_report(rendered: Rendered, plan: Plan, policy_config: Optional[dict] = None) -> dict[str, Any]:
-    from offline.policyrun import run_policies
-    from offline.pricing import price_plan
+    from gpu_cluster.policyrun import run_policies
+    from gpu_cluster.pricing import price_plan
 
     cluster = rendered.cluster
     spec = cluster.spec

@@ -1,6 +1,6 @@
 """Pull-request review without cloud credentials: what changes, what it costs, what it breaks.
 
-`make review BASE=<ref>` renders every sample stack (and every stack file changed since BASE) with
+`gpu-cluster review --base <ref>` renders every sample stack (and every stack file changed since BASE) with
 the code of BASE (a git worktree) and of the work tree, then compares the two plans: resources
 added / changed / replaced / deleted, monthly cost before → after, and new and fixed policy
 violations — both sides priced and checked by the work tree's pricer and policy pack, so the
@@ -18,9 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from offline.plan import Plan, PlanFormatError, Resource, number
-from offline.pricing import MonthlyCost, price_plan
-from offline.render import ROOT, SAMPLE_STACKS
+from gpu_cluster import ui
+from gpu_cluster.errors import EXIT_BAD_INPUT, EXIT_OK, UserError
+from gpu_cluster.plan import Plan, PlanFormatError, Resource, number
+from gpu_cluster.pricing import MonthlyCost, price_plan
+from gpu_cluster.render import ROOT, SAMPLE_STACKS
 
 # Properties whose change makes the provider replace the resource (engine camelCase names), for
 # the stateful types at least. Sources: terraform-provider-aws internal/service/fsx/
@@ -147,7 +149,7 @@ def _violation_key(v: dict) -> tuple[str, str, str]:
 
 def review_stack(stack: str, base: Optional[Plan], head: Optional[Plan]) -> StackReview:
     """Compare two plans of one stack with the work tree's pricer and policy pack."""
-    from offline.policyrun import run_policies
+    from gpu_cluster.policyrun import run_policies
 
     review = StackReview(stack=stack, base=base, head=head, changes=diff_plans(base, head))
     review.cost_before = price_plan(base) if base else None
@@ -201,7 +203,7 @@ def render_markdown(reviews: list[StackReview], base_ref: str) -> str:
         if not (r.changes or r.new_violations or r.fixed_violations or r.notes):
             continue
         out += ["", f"### {r.stack}", ""]
-        out += [f"- note: {n}" for n in r.notes]
+        out += [f"- note: {n}".replace("\n", "\n  ") for n in r.notes]
         out.append(f"- monthly cost: {_cost_line(r)}")
         if r.changes:
             out += ["", "| action | type | name | what |", "|---|---|---|---|"]
@@ -218,7 +220,7 @@ def render_markdown(reviews: list[StackReview], base_ref: str) -> str:
 
 # ---- the command: worktree of BASE, renders on both sides --------------------------------------
 
-class ReviewError(RuntimeError):
+class ReviewError(UserError):
     pass
 
 
@@ -231,72 +233,118 @@ def _git(*args: str, cwd: Path = ROOT) -> str:
 
 def changed_stacks(base: str) -> list[str]:
     """Stack files added or changed between BASE and the work tree (tracked or not)."""
-    names = _git("diff", "--name-only", base, "--", "stacks/").split()
-    names += _git("ls-files", "--others", "--exclude-standard", "--", "stacks/").split()
+    names = _git("diff", "--name-only", base, "--", "stacks/").split("\n")
+    names += _git("ls-files", "--others", "--exclude-standard", "--", "stacks/").split("\n")
     return sorted({Path(n).name[len("Pulumi."):-len(".yaml")] for n in names
                    if Path(n).name.startswith("Pulumi.") and n.endswith(".yaml")})
 
 
-def render_side(tree: Path, stacks: list[str], out: Path) -> tuple[dict[str, Plan], list[str]]:
-    """Render `stacks` with the code and stack files of `tree`; plans by stack, and notes."""
-    notes: list[str] = []
+# The renderer's package at a revision: `gpu_cluster` now, `offline` before the command-line tool.
+_RENDERERS = ("gpu_cluster", "offline")
+
+
+@dataclass
+class Side:
+    """One side of the review: the plans it rendered and, per stack, why one did not render."""
+
+    plans: dict[str, Plan] = field(default_factory=dict)
+    failures: dict[str, str] = field(default_factory=dict)
+    note: str = ""
+
+
+def _start_side(tree: Path, stacks: list[str], out: Path) -> tuple[Optional[subprocess.Popen], list[Path], str]:
     files = [tree / "stacks" / f"Pulumi.{s}.yaml" for s in stacks]
     present = [f for f in files if f.is_file()]
-    if not (tree / "offline" / "__main__.py").is_file():
-        return {}, [f"{tree.name}: no offline renderer at this revision; every resource counts as added"]
-    if present:
-        args = [sys.executable, "-m", "offline", "plan", "--out", str(out)]
-        for f in present:
-            args += ["--stack-file", str(f)]
-        result = subprocess.run(args, cwd=tree, capture_output=True, text=True)
-        if result.returncode == 2:
-            notes += [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    plans = {}
+    package = next((p for p in _RENDERERS if (tree / p / "__main__.py").is_file()), None)
+    if package is None:
+        return None, present, "no offline renderer at this revision; every resource counts as added"
+    if not present:
+        return None, present, ""
+    args = [sys.executable, "-m", package, "plan", "--out", str(out)]
+    for f in present:
+        args += ["--stack-file", str(f)]
+    return subprocess.Popen(args, cwd=tree, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), present, ""
+
+
+def _failures(stderr: str, files: list[Path]) -> dict[str, str]:
+    """Each failed stack's whole reason, from the renderer's `error: <file>: ...` blocks."""
+    blocks: list[str] = []
+    for line in stderr.splitlines():
+        if line.startswith("error: "):
+            blocks.append(line[len("error: "):])
+        elif blocks and line.startswith("  "):
+            blocks[-1] += "\n" + line
+        elif blocks and line.strip() and not line.startswith(("[", "note:")):
+            blocks[-1] += "\n" + line
+    out = {}
+    for f in files:
+        prefix = f"{f}: "
+        for block in blocks:
+            if block.startswith(prefix):
+                out[f.name[len("Pulumi."):-len(".yaml")]] = block[len(prefix):]
+    return out
+
+
+def _finish_side(proc: Optional[subprocess.Popen], files: list[Path], out: Path, stacks: list[str],
+                 note: str) -> Side:
+    side = Side(note=note)
+    if proc is not None:
+        _, stderr = proc.communicate()
+        side.failures = _failures(stderr, files)
+        if proc.returncode == 2 and not side.failures:
+            side.note = stderr.strip().splitlines()[-1] if stderr.strip() else "the renderer failed"
     for s in stacks:
         path = out / f"{s}.json"
         if path.is_file():
             try:
-                plans[s] = Plan.load(path)
+                side.plans[s] = Plan.load(path)
             except PlanFormatError as e:
-                notes.append(str(e))
-    return plans, notes
+                side.failures[s] = str(e)
+    return side
 
 
 def review_command(base: str, out: Path) -> int:
+    """Render both sides in parallel, compare, write `out`; 2 when a stack failed to render on a side."""
+    if base.startswith("-"):
+        raise ReviewError(f"BASE={base!r} is not a git ref (it starts with '-')")
     try:
-        _git("rev-parse", "--verify", f"{base}^{{commit}}")
+        _git("rev-parse", "--verify", "--quiet", "--end-of-options", f"{base}^{{commit}}")
     except ReviewError:
-        print(f"error: BASE={base!r} is not a commit in this repository", file=sys.stderr)
-        return 2
-    try:
-        order = {s: i for i, s in enumerate(SAMPLE_STACKS)}
-        stacks = sorted(set(SAMPLE_STACKS) | set(changed_stacks(base)), key=lambda s: (order.get(s, len(order)), s))
-        with tempfile.TemporaryDirectory(prefix="gpu-cluster-review-") as tmp:
-            tree = Path(tmp) / "base"
-            _git("worktree", "add", "--detach", "--quiet", str(tree), base)
-            try:
-                base_plans, base_notes = render_side(tree, stacks, Path(tmp) / "base-plans")
-            finally:
-                _git("worktree", "remove", "--force", str(tree))
-            head_plans, head_notes = render_side(ROOT, stacks, Path(tmp) / "head-plans")
-    except ReviewError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        raise ReviewError(f"BASE={base!r} is not a commit in this repository") from None
+    order = {s: i for i, s in enumerate(SAMPLE_STACKS)}
+    stacks = sorted(set(SAMPLE_STACKS) | set(changed_stacks(base)), key=lambda s: (order.get(s, len(order)), s))
+    with tempfile.TemporaryDirectory(prefix="gpu-cluster-review-") as tmp:
+        tree = Path(tmp) / "base"
+        _git("worktree", "add", "--detach", "--quiet", str(tree), f"{base}^{{commit}}")
+        try:
+            ui.note(f"rendering {len(stacks)} stack(s) at {base} and in the work tree, side by side")
+            base_run = _start_side(tree, stacks, Path(tmp) / "base-plans")
+            head_run = _start_side(ROOT, stacks, Path(tmp) / "head-plans")
+            base_side = _finish_side(base_run[0], base_run[1], Path(tmp) / "base-plans", stacks, base_run[2])
+            head_side = _finish_side(head_run[0], head_run[1], Path(tmp) / "head-plans", stacks, head_run[2])
+        finally:
+            _git("worktree", "remove", "--force", str(tree))
     reviews = []
+    failed = []
     for s in stacks:
-        review = review_stack(s, base_plans.get(s), head_plans.get(s))
-        review.notes = [f"base: {n}" for n in base_notes if s in n] + [f"head: {n}" for n in head_notes if s in n]
-        if s not in base_plans:
-            review.notes.append(f"no plan at {base}: new stack, or it did not render there")
-        if s not in head_plans:
-            review.notes.append("no plan in the work tree: stack file removed, or it does not render")
+        review = review_stack(s, base_side.plans.get(s), head_side.plans.get(s))
+        for label, side, ref in (("base", base_side, base), ("head", head_side, "the work tree")):
+            if s in side.failures:
+                review.notes.append(f"{label}: stack {s} does not render at {ref}: {side.failures[s]}")
+                failed.append((label, s, side.failures[s]))
+        if s not in base_side.plans and s not in base_side.failures:
+            review.notes.append(f"no plan at {base}: " + (base_side.note or "a new stack"))
+        if s not in head_side.plans and s not in head_side.failures:
+            review.notes.append("no plan in the work tree: " + (head_side.note or "the stack file was removed"))
         reviews.append(review)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render_markdown(reviews, base), encoding="utf-8")
-    print(f"review of {len(stacks)} stack(s) against {base} written to {out}")
+    ui.line(f"review of {len(stacks)} stack(s) against {base} written to {out}")
     for r in reviews:
-        print(f"  {r.stack}: +{r.count('add')} ~{r.count('change')} ±{r.count('replace')} -{r.count('delete')}; "
-              f"{_cost_line(r)}")
+        ui.line(f"  {r.stack}: +{r.count('add')} ~{r.count('change')} ±{r.count('replace')} -{r.count('delete')}; "
+                f"{_cost_line(r)}")
+    for label, stack, why in failed:
+        ui.line(f"{label}: stack {stack} does not render: {why}")
     if any(c.dangerous for r in reviews for c in r.changes):
-        print("WARNING: stateful resources would be replaced or deleted; see the review", file=sys.stderr)
-    return 0
+        ui.warn("stateful resources would be replaced or deleted; see the review")
+    return EXIT_BAD_INPUT if failed else EXIT_OK

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from components import catalog
-from offline.plan import Plan, Resource, number
+from gpu_cluster.plan import Plan, Resource, number
 
 HOURS_PER_MONTH = 730
 

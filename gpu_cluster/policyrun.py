@@ -37,7 +37,9 @@ from pulumi_policy.deserialize import SPECIAL_SECRET_SIG, SPECIAL_SIG_KEY, deser
 from pulumi_policy.policy import _NotApplicableError
 from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, UnknownValueError, unknown_checking_proxy
 
-from offline.plan import Plan, Resource
+from gpu_cluster.errors import UserError
+from gpu_cluster.files import parse_json, read_text
+from gpu_cluster.plan import Plan, Resource
 
 POLICIES_DIR = Path(__file__).resolve().parent.parent / "policies"
 if str(POLICIES_DIR) not in sys.path:
@@ -66,25 +68,18 @@ class Violation:
 # ---- policy config (the engine's ReconcilePolicyPackConfig) ------------------------------------------
 
 def load_policy_config(path: Optional[str]) -> Optional[dict]:
-    """Read and check a policy-config JSON file; None when no path is given. Bad files raise ValueError."""
+    """Read and check a policy-config JSON file; None when no path is given. Bad files raise UserError."""
     if not path:
         return None
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ValueError(f"policy config {path} cannot be read: {e.strerror or e}") from None
+    text = read_text(Path(path), "policy config")
     if not text.strip():
         return {}
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"policy config {path} is not JSON: {e.msg} at line {e.lineno}") from None
+    doc = parse_json(text, f"policy config {path}")
     if not isinstance(doc, dict):
-        raise ValueError(f"policy config {path} must be a JSON object mapping policy names to settings")
+        raise UserError(f"policy config {path} must be a JSON object mapping policy names to settings")
     problems = _config_problems(doc)
     if problems:
-        raise ValueError(f"policy config {path} is invalid: " + "; ".join(problems))
+        raise UserError(f"policy config {path} is invalid: " + "; ".join(problems))
     return doc
 
 
@@ -240,7 +235,7 @@ Pricer = Callable[[Plan], Any]
 
 def _default_pricer() -> Optional[Pricer]:
     try:
-        from offline.pricing import price_plan
+        from gpu_cluster.pricing import price_plan
     except ImportError:
         return None
     return price_plan
@@ -294,7 +289,7 @@ def run_policies(plan: Plan, config: Optional[dict] = None, pricer: Optional[Pri
     """Every violation the pack reports on `plan`, resource policies first, in plan order.
 
     `config` is a policy-config document (see `load_policy_config`). `pricer(plan)` returns an object
-    with `.total`, `.currency` and `.unpriced`; by default `offline.pricing.price_plan` when it imports.
+    with `.total`, `.currency` and `.unpriced`; by default `gpu_cluster.pricing.price_plan` when it imports.
     """
     problems = _config_problems(config or {})
     if problems:

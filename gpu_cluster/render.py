@@ -1,4 +1,4 @@
-"""Render a stack file to a plan: the real `__main__.py` under recording mocks (DESIGN §5).
+"""Render a stack file to a plan: the real `__main__.py` under recording mocks (docs/architecture.md).
 
 The plan is a Pulumi stack export (`{"version": 3, "deployment": {...}}`), so everything that reads
 plans — the policy runner, the pricer, the review — works on `pulumi stack export` files too.
@@ -10,20 +10,22 @@ import datetime
 import heapq
 import json
 import logging
+import re
 import runpy
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
 import pulumi
-import yaml
 from pulumi.runtime import settings as pulumi_settings
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
 from components.catalog import CLOUDS
-from components.spec import Cluster, SpecError, load_spec
-from offline.mocks import GpuClusterMocks, RecordingMonitor, Registration, resolve
+from components.spec import Cluster, load_spec
+from gpu_cluster.errors import UserError
+from gpu_cluster.files import load_yaml
+from gpu_cluster.mocks import GpuClusterMocks, RecordingMonitor, Registration, resolve
 
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT = "gpu-cluster"
@@ -41,8 +43,13 @@ _QUIET.propagate = False
 _PROVIDER_VERSIONS = {"aws": "7.51.1", "tencentcloud": "0.2.3"}
 
 
-class StackFileError(ValueError):
-    """A stack file that cannot be read (missing, not YAML, no `config`)."""
+STACK_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+"""Pulumi stack names: letters, digits, hyphens, underscores and periods (we also refuse a leading
+period, which would make a hidden plan file)."""
+
+
+class StackFileError(UserError):
+    """A stack file that cannot be read (missing, not YAML, no `config`, a bad provider setting)."""
 
 
 @dataclass(frozen=True)
@@ -60,23 +67,41 @@ def stack_path(stack: str) -> Path:
     return STACKS_DIR / f"Pulumi.{stack}.yaml"
 
 
+def stack_name_of(path: Path) -> str:
+    """The stack a file configures: `Pulumi.<stack>.yaml` (Pulumi's naming), else the file's stem."""
+    name = Path(path).name
+    for suffix in (".yaml", ".yml"):
+        if name.startswith("Pulumi.") and name.endswith(suffix):
+            return name[len("Pulumi."):-len(suffix)]
+    return Path(path).stem
+
+
 def read_stack_file(path: Path, stack: Optional[str] = None) -> StackFile:
     """Read `Pulumi.<stack>.yaml`; the stack name comes from the file name unless given."""
     path = Path(path)
-    if not path.is_file():
-        raise StackFileError(f"stack file {path} does not exist")
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise StackFileError(f"stack file {path} is not valid YAML: {e}") from None
+        doc = load_yaml(path, "stack file")
+    except UserError as e:
+        raise StackFileError(str(e)) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("config"), dict):
         raise StackFileError(f"stack file {path} has no `config:` mapping")
-    if CLUSTER_KEY not in doc["config"]:
+    config = doc["config"]
+    if CLUSTER_KEY not in config:
         raise StackFileError(f"stack file {path} has no `{CLUSTER_KEY}` value")
+    for key, value in config.items():
+        if not isinstance(key, str):
+            raise StackFileError(f"stack file {path}: config key {key!r} is not a string; keys are "
+                                 f"<namespace>:<name>, e.g. aws:region")
+        if key.endswith(":region") and not isinstance(value, str):
+            raise StackFileError(f"stack file {path}: {key}={value!r} is not a region name; allowed: a string "
+                                 f"such as {'us-east-1' if key.startswith('aws') else 'ap-shanghai'}")
     if stack is None:
-        name = path.name
-        stack = name[len("Pulumi."):-len(".yaml")] if name.startswith("Pulumi.") and name.endswith(".yaml") else path.stem
-    return StackFile(stack=stack, path=path, config=doc["config"])
+        stack = stack_name_of(path)
+    if not STACK_NAME.fullmatch(stack):
+        raise StackFileError(f"stack file {path}: stack name {stack!r} (from the file name) is not a valid "
+                             f"stack name; allowed: letters, digits, '-', '_' and '.', not starting with '.' — "
+                             f"name the file Pulumi.<stack>.yaml")
+    return StackFile(stack=stack, path=path, config=config)
 
 
 def validate(stack_file: StackFile) -> Cluster:

@@ -1,0 +1,150 @@
+"""`gpu-cluster plan`: render, price and policy-check stack files into `build/plans/`.
+
+For each stack: `<out>/<stack>.json` (the plan, a `pulumi stack export` document) and
+`<out>/<stack>.report.json` (resources, monthly cost, violations, notes). Exit 0 when every stack
+rendered cleanly, 1 on a mandatory policy violation, 2 when a stack file is bad (no plan is written
+for it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from gpu_cluster import ui
+from gpu_cluster.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATION, UserError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("plan", help="render, price and check stacks into build/plans/",
+                       description=__doc__.split("\n\n")[0].split(": ", 1)[1])
+    p.add_argument("--stack", action="append", default=[], metavar="NAME",
+                   help="a stack of stacks/ (repeatable); default: the six sample stacks")
+    p.add_argument("--stack-file", action="append", default=[], metavar="FILE",
+                   help="any Pulumi.<stack>.yaml (repeatable)")
+    p.add_argument("--out", default="build/plans", metavar="DIR", help="output folder (default: build/plans)")
+    p.add_argument("--policy-config", metavar="FILE", help="policy-config JSON file (Pulumi's format)")
+    p.set_defaults(run=run)
+
+
+def stack_files(stacks: list[str], files: list[str]) -> list[Path]:
+    """The stack files to plan: named stacks of stacks/, then the given files; the samples by default."""
+    from gpu_cluster.render import SAMPLE_STACKS, STACKS_DIR, stack_path
+
+    if not stacks and not files:
+        stacks = list(SAMPLE_STACKS)
+    paths = []
+    for name in stacks:
+        path = stack_path(name)
+        if not path.is_file():
+            known = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in STACKS_DIR.glob("Pulumi.*.yaml"))
+            raise UserError(f"--stack {name!r}: there is no stacks/Pulumi.{name}.yaml; stacks here: {', '.join(known)} "
+                            f"(or give any file with --stack-file)")
+        paths.append(path)
+    return paths + [Path(f) for f in files]
+
+
+def output_names(paths: list[Path], out: Path) -> dict[Path, str]:
+    """The stack name each file's plan is written under, refusing names that would overwrite another
+    file's plan: two files of one name, or a file outside stacks/ named like a stack of stacks/."""
+    from gpu_cluster.render import STACKS_DIR, stack_name_of
+
+    names: dict[Path, str] = {}
+    owner: dict[str, Path] = {}
+    for path in paths:
+        name = stack_name_of(path)
+        if name in owner and owner[name].resolve() != path.resolve():
+            raise UserError(f"{path} and {owner[name]} are both stack {name!r}; their plans would overwrite each "
+                            f"other in {out}/ — plan them separately with different --out folders")
+        sample = STACKS_DIR / path.name
+        if sample.is_file() and sample.resolve() != path.resolve() and out.resolve() == Path("build/plans").resolve():
+            raise UserError(f"{path} is named like the sample stack file stacks/{path.name}; its plan would overwrite "
+                            f"that stack's plan in {out}/ — rename the file or give --out DIR")
+        owner[name] = path
+        names[path] = name
+    return names
+
+
+def run(args: argparse.Namespace) -> int:
+    from components.spec import SpecError
+    from gpu_cluster.plan import Plan
+    from gpu_cluster.policyrun import load_policy_config
+    from gpu_cluster.render import read_stack_file, render
+    from gpu_cluster.report import build_report
+
+    out = Path(args.out)
+    policy_config = load_policy_config(args.policy_config)
+    paths = stack_files(args.stack, args.stack_file)
+    output_names(paths, out)
+    status = EXIT_OK
+    rows: list[list[str]] = []
+    notes: list[str] = []
+    violations: list[tuple[str, dict]] = []
+    listings: list[Plan] = []
+    unpriced = False
+    with ui.steps("planning", len(paths)) as progress:
+        for path in paths:
+            progress.start(f"rendering {path}")
+            try:
+                stack_file = read_stack_file(path)
+                rendered = render(stack_file)
+                plan_doc = rendered.plan()
+                plan = Plan.from_doc(plan_doc)
+                report = build_report(rendered, plan, policy_config)
+            except (UserError, SpecError) as e:
+                progress.error(f"{path}: {e}")
+                status = EXIT_BAD_INPUT
+                progress.advance()
+                continue
+            out.mkdir(parents=True, exist_ok=True)
+            (out / f"{rendered.stack}.json").write_text(json.dumps(plan_doc, indent=1) + "\n", encoding="utf-8")
+            (out / f"{rendered.stack}.report.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+            mandatory = [v for v in report["violations"] if v["enforcement"] == "mandatory"]
+            if mandatory and status == EXIT_OK:
+                status = EXIT_VIOLATION
+            cost = report["monthly_cost"]
+            unpriced = unpriced or bool(cost["unpriced"])
+            rows.append([
+                rendered.stack, report["cloud"], report["tier"], report["shape"], report["nodes"], report["gpus"],
+                report["resources"], _money(cost), f"{report['budget']['monthly_limit']:,.0f} {report['budget']['currency']}",
+                f"{len(mandatory)}/{len(report['violations'])}",
+            ])
+            notes += [f"{rendered.stack}: {n}" for n in report["notes"]]
+            violations += [(rendered.stack, v) for v in report["violations"]]
+            if len(paths) == 1:
+                listings.append(plan)
+            progress.advance()
+    if rows:
+        ui.table(["stack", "cloud", "tier", "shape", "nodes", "GPUs", "resources", "monthly estimate", "budget",
+                  "violations (mandatory/all)"], rows, right=("nodes", "GPUs", "resources", "monthly estimate", "budget"))
+        if unpriced:
+            ui.line("* excludes unpriced items (no price in any source); see the report's monthly_cost.unpriced")
+    for plan in listings:
+        print_listing(plan)
+    for n in notes:
+        ui.line(f"note: {n}")
+    for stack, v in violations:
+        ui.line(f"{v['enforcement']}: [{stack}] {v['policy']}: {v['message']}")
+    if rows:
+        ui.line(f"plans written to {out}/")
+    return status
+
+
+def _money(cost: dict) -> str:
+    if cost["unpriced"] and not cost["items"]:
+        return "unpriced*"
+    return f"{cost['total']:,.0f} {cost['currency']}" + ("*" if cost["unpriced"] else "")
+
+
+def print_listing(plan) -> None:
+    """Every resource of a one-stack plan, by component: what `pulumi up` would create."""
+    by_urn = plan.by_urn()
+    groups: dict[str, list[tuple[str, str, str]]] = {}
+    for r in plan.custom():
+        parent = by_urn.get(r.parent)
+        owner = f"{parent.type} {parent.name}" if parent else "(stack)"
+        groups.setdefault(owner, []).append((r.type, r.name, "protected" if r.protect else ""))
+    total = sum(len(v) for v in groups.values())
+    rows = [(owner if i == 0 else "", *row) for owner in sorted(groups) for i, row in enumerate(sorted(groups[owner]))]
+    ui.table(["component", "type", "name", ""], rows, title=f"{plan.stack_name}: {total} resources")

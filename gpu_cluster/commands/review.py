@@ -1,0 +1,26 @@
+"""`gpu-cluster review --base REF`: a pull-request review of every stack, without cloud credentials.
+
+Renders each sample stack (and every stack file changed since REF) with the code of REF and of the
+work tree, and writes Markdown: resources added / changed / replaced / deleted, monthly cost before
+→ after, new and fixed policy violations. Exit 0 when both sides rendered, 2 when a stack could not
+be rendered on either side (the reason is in the review and on standard output) or REF is not a commit.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("review", help="Markdown review of every stack between a git ref and the work tree",
+                       description=__doc__.split("\n\n")[0].split(": ", 1)[1])
+    p.add_argument("--base", required=True, metavar="REF", help="git ref to compare against (e.g. origin/main)")
+    p.add_argument("--out", default="build/review.md", metavar="FILE", help="output file (default: build/review.md)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from gpu_cluster.review import review_command
+
+    return review_command(args.base, Path(args.out))
