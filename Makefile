@@ -52,7 +52,7 @@ catalog: $(STAMP) ## list tiers, shapes, zones and prices (ARGS='--cloud aws --j
 	$(GPU) catalog $$ARGS
 
 test: $(TEST_STAMP) ## run the test suite
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2
 
 bench: $(TEST_STAMP) ## measure render, check and review speed (docs/benchmarks.md)
 	$(BIN)/python -m bench

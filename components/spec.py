@@ -1,4 +1,4 @@
-"""The stack file's `gpu-cluster:cluster` value (DESIGN §3): pydantic models and `load_spec`.
+"""The stack file's `gpu-cluster:cluster` value (docs/architecture.md): pydantic models and `load_spec`.
 
 All input validation lives here. `load_spec` returns a `Cluster` — the validated spec with every
 tier default filled in, the catalogued shape and the notes the plan must say aloud — or raises one
@@ -8,12 +8,13 @@ registered with Pulumi before this succeeds.
 
 from __future__ import annotations
 
+import importlib
 import ipaddress
 import re
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping, Optional, Union
+from typing import Annotated, Any, Literal, Mapping, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError, field_validator
 
 from components import catalog, tiers
 from components.catalog import Cloud, Shape
@@ -27,6 +28,14 @@ NAME_TAG = "gpu-cluster:name"
 """The tag naming a resource's cluster: budgets filter cost on it (both clouds)."""
 
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+_NAME = re.compile(r"[a-z](?:[a-z0-9]|-(?=[a-z0-9])){1,23}")
+"""Cluster names: a lower-case letter, then letters, digits and single hyphens, 2-24 characters, ending
+in a letter or digit — valid inside every physical name derived from it (S3 and COS bucket names,
+IAM roles, Tencent resource names)."""
+MAX_BUDGET = 100_000_000
+"""Largest monthly budget accepted, in any currency: well above any cluster of 64 nodes for a month,
+small enough that a misplaced digit is caught."""
+Money = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 _PRIVATE_V4 = [ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")]
 _ID_PATTERNS: dict[tuple[Cloud, str], str] = {
     ("aws", "image_id"): r"ami-[0-9a-f]{8,17}",
@@ -51,11 +60,26 @@ class Network(_Model):
         default=(),
         description="Ranges allowed to reach port 22. Empty: no inbound SSH at all (use SSM / TAT).",
     )
-    existing_subnet_id: Optional[str] = Field(
+    existing_subnet_id: Optional[StrictStr] = Field(
         default=None,
         description="Use this subnet instead of creating a VPC. The cluster then shares a subnet "
         "(\"shared vSwitch\"), which the policy pack rejects.",
     )
+    egress_mbps: Optional[StrictInt] = Field(
+        default=None, ge=1, le=1000,
+        description="Tencent Cloud: internet egress of the NAT gateway, Mbps (1-1000; default 500), as EIPs of "
+        "up to 100 Mbps each — one connection gets at most 100 Mbps. AWS NAT gateways scale by themselves: "
+        "leave it out.",
+    )
+
+    @field_validator("cidr", "ssh_cidrs", mode="before")
+    @classmethod
+    def _cidr_text(cls, v: Any) -> Any:
+        """Ranges are written as text ("10.40.0.0/16"): a bare number would silently become a /32."""
+        for item in (v if isinstance(v, (list, tuple)) else [v]):
+            if not isinstance(item, (str, ipaddress.IPv4Network)):
+                raise ValueError("must be an IPv4 range written like 10.40.0.0/16")
+        return v
 
     @field_validator("cidr")
     @classmethod
@@ -70,19 +94,19 @@ class Network(_Model):
 class Lustre(_Model):
     """The parallel file system mounted at /lustre (FSx for Lustre PERSISTENT_2 / CFS Turbo)."""
 
-    capacity_gib: Optional[int] = Field(
+    capacity_gib: Optional[StrictInt] = Field(
         default=None,
         gt=0,
         description="Size in GiB. AWS: 1200, 2400, then steps of 2400. Tencent: TB ≥ 40960 in steps "
         "of 20480, TP ≥ 20480 in steps of 10240. Default: the tier's size.",
     )
-    throughput_per_tib: Optional[int] = Field(
+    throughput_per_tib: Optional[StrictInt] = Field(
         default=None,
         gt=0,
         description="MB/s per TiB. AWS: 125, 250, 500 or 1000. Tencent: 100 (Standard Turbo, TB) or "
         "200 (High-Performance Turbo, TP). Default: the tier's value.",
     )
-    import_path: Optional[str] = Field(
+    import_path: Optional[StrictStr] = Field(
         default=None,
         pattern=r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/.*)?$",
         description="AWS only: s3://bucket/prefix linked to the file system by a data repository "
@@ -96,7 +120,7 @@ _TIER_DEFAULT = "tier default"
 class Storage(_Model):
     """Disks, scratch, the parallel file system and the checkpoint bucket."""
 
-    root_gb: Optional[int] = Field(
+    root_gb: Optional[StrictInt] = Field(
         default=None, ge=30, le=16384,
         description="Encrypted root volume per node, GB. Default: entry 100, mid 200, large 500.",
     )
@@ -105,7 +129,7 @@ class Storage(_Model):
         description="/scratch: nvme = the shape's local NVMe striped as RAID0 at boot; disk = a "
         "non-persistent cloud disk; none. Default: nvme when the shape has local NVMe, else none.",
     )
-    data_disk_gb: int = Field(
+    data_disk_gb: StrictInt = Field(
         default=0, ge=0, le=16384,
         description="Persistent, snapshotted data disk per node, GB. 0: none.",
     )
@@ -113,7 +137,7 @@ class Storage(_Model):
         default=None,
         description="Parallel file system. Left out: the tier's default (none on entry); null: none.",
     )
-    checkpoint_bucket: bool = Field(
+    checkpoint_bucket: StrictBool = Field(
         default=True,
         description="Create a private, versioned, encrypted checkpoint bucket (S3 / COS).",
     )
@@ -122,11 +146,11 @@ class Storage(_Model):
 class Snapshots(_Model):
     """Backup cadence for data disks and the file system."""
 
-    every_hours: Optional[int] = Field(
-        default=None,
+    every_hours: Optional[StrictInt] = Field(
+        default=None, ge=1,
         description="Snapshot interval: 1, 2, 3, 4, 6, 8, 12 or 24 hours. Default: entry 24, mid 12, large 6.",
     )
-    retain: Optional[int] = Field(
+    retain: Optional[StrictInt] = Field(
         default=None, ge=1,
         description="Snapshots kept per disk (AWS DLM count) / days kept (Tencent). Default: entry 7, "
         "mid and large 14.",
@@ -136,14 +160,15 @@ class Snapshots(_Model):
 class Budget(_Model):
     """Monthly spend limit and who hears about it."""
 
-    monthly_limit: float = Field(gt=0, description="Monthly budget in `currency`.")
-    currency: str = Field(default="USD", description="AWS: USD. Tencent: CNY or USD (the account's).")
-    thresholds_pct: tuple[int, ...] = Field(
+    monthly_limit: Money = Field(gt=0, le=MAX_BUDGET,
+                                 description=f"Monthly budget in `currency`, above 0 and at most {MAX_BUDGET:,}.")
+    currency: StrictStr = Field(default="USD", description="AWS: USD. Tencent: CNY or USD (the account's).")
+    thresholds_pct: tuple[StrictInt, ...] = Field(
         default=(50, 80, 100),
         min_length=1,
         description="Actual-spend alerts, % of the limit (1-1000); a forecast alert at 100 % is always added.",
     )
-    emails: tuple[str, ...] = Field(
+    emails: tuple[StrictStr, ...] = Field(
         min_length=1, description="Who receives budget and GPU alarms; at least one address."
     )
 
@@ -169,14 +194,14 @@ class Budget(_Model):
 class ClusterSpec(_Model):
     """One GPU training cluster: the whole `gpu-cluster:cluster` value of a stack file."""
 
-    name: str = Field(
-        pattern=r"^[a-z][a-z0-9-]{1,23}$",
-        description="Cluster name, [a-z][a-z0-9-]{1,23}; prefixes every cloud resource name.",
+    name: StrictStr = Field(
+        description="Cluster name: 2-24 lower-case letters, digits and single hyphens, starting with a letter and "
+        "ending with a letter or digit; prefixes every cloud resource name.",
     )
     cloud: Cloud = Field(description="aws or tencentcloud.")
-    zone: str = Field(description="The one zone for every node, disk and file system; inside the provider region.")
+    zone: StrictStr = Field(description="The one zone for every node, disk and file system; inside the provider region.")
     tier: Tier = Field(description="entry (1 × T4/A10), mid (4 × A100 NVLink), large (8 × H100-class + RDMA).")
-    nodes: int = Field(default=1, ge=1, description="GPU nodes: entry and mid 1-4, large 1-64.")
+    nodes: StrictInt = Field(default=1, ge=1, description="GPU nodes: entry and mid 1-4, large 1-64.")
     criticality: Criticality = Field(
         default="standard",
         description="critical (no spot-only, termination protection), standard, experimental.",
@@ -185,28 +210,40 @@ class ClusterSpec(_Model):
         default="on_demand",
         description="on_demand, spot, or mixed (first node on-demand, the rest spot).",
     )
-    instance_type: Optional[str] = Field(
+    instance_type: Optional[StrictStr] = Field(
         default=None, description="Override the tier's default shape; must fit the tier."
     )
-    image_id: Optional[str] = Field(
+    image_id: Optional[StrictStr] = Field(
         default=None,
         description="Machine image. Default: the cloud's GPU deep-learning image (AWS DLAMI via SSM; "
-        "Tencent public Ubuntu image plus the GPU driver installer).",
+        "Tencent public TencentOS Server 3.1 image plus the GPU driver installer).",
     )
     network: Network = Field(default_factory=Network, description="See network.*.")
     storage: Storage = Field(default_factory=Storage, description="See storage.*.")
     snapshots: Snapshots = Field(default_factory=Snapshots, description="See snapshots.*.")
     budget: Budget = Field(description="See budget.*.")
-    tags: dict[str, str] = Field(
-        default_factory=dict, description="Extra tags on every taggable resource."
+    tags: dict[StrictStr, StrictStr] = Field(
+        default_factory=dict, description="Extra tags on every taggable resource (each cloud's tag rules apply)."
     )
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME.fullmatch(v):
+            raise ValueError("must be 2-24 lower-case letters, digits and single hyphens, starting with a letter and "
+                             "ending with a letter or digit (it becomes part of bucket and resource names)")
+        if v.startswith("sthree"):
+            raise ValueError("must not start with 'sthree': S3 reserves bucket names starting with 'sthree-'")
+        return v
 
     @field_validator("tags")
     @classmethod
     def _tags(cls, v: dict[str, str]) -> dict[str, str]:
-        reserved = [k for k in v if k.startswith(("aws:", "gpu-cluster:")) or k == "managed-by"]
+        reserved = [k for k in v if k.lower().startswith(("aws:", "gpu-cluster:", "qcloud:", "tencent:"))
+                    or k == "managed-by" or k == "Name"]
         if reserved:
-            raise ValueError(f"reserved tag keys {reserved}: aws:*, gpu-cluster:* and managed-by are set by the program")
+            raise ValueError(f"reserved tag keys {reserved}: aws:*, qcloud:*, tencent:*, gpu-cluster:*, managed-by and "
+                             f"Name are the clouds' or set by the program")
         return v
 
 
@@ -271,9 +308,14 @@ def _resolve(spec: ClusterSpec, regions: Mapping[str, Optional[str]]) -> Cluster
     problems: list[str] = []
     cloud = spec.cloud
     region = regions.get(cloud)
+    example = "us-east-1" if cloud == "aws" else "ap-shanghai"
     if not region:
         problems.append(f"{cloud}:region is not set: set the provider region in the stack file's config "
-                        f"(e.g. {cloud}:region: {'us-east-1' if cloud == 'aws' else 'ap-guangzhou'})")
+                        f"(e.g. {cloud}:region: {example})")
+        region = ""
+    elif not isinstance(region, str) or region not in catalog.regions(cloud):
+        problems.append(f"{cloud}:region={region!r} is not a region of {cloud}; allowed: one of "
+                        f"{', '.join(catalog.regions(cloud))} (e.g. {example})")
         region = ""
 
     try:
@@ -304,7 +346,19 @@ def _resolve(spec: ClusterSpec, regions: Mapping[str, Optional[str]]) -> Cluster
         pat = _ID_PATTERNS[(cloud, field)]
         if value is not None and not re.fullmatch(pat, value):
             where = "cluster.image_id" if field == "image_id" else "cluster.network.existing_subnet_id"
-            problems.append(f"{where}={value!r} is not a {cloud} id; allowed: ids matching {pat}")
+            what = "an image" if field == "image_id" else "a subnet"
+            problems.append(f"{where}={value!r} is not {what} id of {cloud}; allowed: ids like {pat}")
+
+    problems += _tag_problems(cloud, spec.tags)
+    egress = spec.network.egress_mbps
+    if cloud == "aws" and egress is not None:
+        problems.append(f"cluster.network.egress_mbps={egress}: AWS NAT gateways scale their bandwidth by themselves "
+                        f"(up to 100 Gbps); allowed on aws: leave it out")
+    if cloud == "tencentcloud" and spec.purchase != "on_demand" and spec.storage.scratch == "disk":
+        problems.append(f"cluster.storage.scratch='disk' with purchase={spec.purchase} on tencentcloud: the provider "
+                        f"deletes a data disk with its instance only for pay-as-you-go (POSTPAID_BY_HOUR) instances "
+                        f"(resource_tc_instance.go), so a spot node's scratch disk would outlive it and keep costing; "
+                        f"allowed: scratch: none, or purchase: on_demand")
 
     d = rule.defaults
     storage = spec.storage
@@ -326,8 +380,8 @@ def _resolve(spec: ClusterSpec, regions: Mapping[str, Optional[str]]) -> Cluster
         problems += _lustre_problems(cloud, region, lustre)
 
     snaps = Snapshots(
-        every_hours=spec.snapshots.every_hours or d.snapshot_every_hours,
-        retain=spec.snapshots.retain or d.snapshot_retain,
+        every_hours=d.snapshot_every_hours if spec.snapshots.every_hours is None else spec.snapshots.every_hours,
+        retain=d.snapshot_retain if spec.snapshots.retain is None else spec.snapshots.retain,
     )
     intervals = catalog.limit(cloud, "dlm_interval_hours" if cloud == "aws" else "snapshot_interval_hours")
     if snaps.every_hours not in intervals:
@@ -340,7 +394,7 @@ def _resolve(spec: ClusterSpec, regions: Mapping[str, Optional[str]]) -> Cluster
     budget = spec.budget
     currencies = catalog.limit(cloud, "budget_currencies")
     if budget.currency not in currencies:
-        problems.append(f"cluster.budget.currency={budget.currency!r} is not a {cloud} budget currency; "
+        problems.append(f"cluster.budget.currency={budget.currency!r} is not a budget currency of {cloud}; "
                         f"allowed: {', '.join(currencies)}")
     if cloud == "aws" and len(budget.thresholds_pct) + 1 > catalog.limit("aws", "budget_notifications_max"):
         problems.append(f"cluster.budget.thresholds_pct has {len(budget.thresholds_pct)} thresholds; AWS Budgets "
@@ -369,16 +423,38 @@ def _resolve(spec: ClusterSpec, regions: Mapping[str, Optional[str]]) -> Cluster
         notes.append(f"network.existing_subnet_id={spec.network.existing_subnet_id}: the cluster shares a subnet "
                      f"it did not create (\"shared vSwitch\"); the policy pack rejects this")
 
+    network = spec.network
+    if cloud == "tencentcloud" and network.egress_mbps is None:
+        network = network.model_copy(update={"egress_mbps": catalog.limit("tencentcloud", "egress_mbps")["default"]})
     filled = spec.model_copy(update={
         "instance_type": shape.type,
+        "network": network,
         "storage": storage.model_copy(update={
-            "root_gb": storage.root_gb or d.root_gb,
+            "root_gb": d.root_gb if storage.root_gb is None else storage.root_gb,
             "scratch": scratch,
             "lustre": lustre,
         }),
         "snapshots": snaps,
     })
+    # What the cloud makes of this spec, said aloud (each cloud package's pure `notes` module).
+    notes += importlib.import_module(f"components.{cloud}.notes").notes(filled, shape)
     return Cluster(spec=filled, region=region, shape=shape, notes=tuple(notes))
+
+
+def _tag_problems(cloud: Cloud, tags: Mapping[str, str]) -> list[str]:
+    """Tag keys and values within the cloud's limits (catalog limits tag_*)."""
+    problems = []
+    key_pat, value_pat = catalog.limit(cloud, "tag_key_pattern"), catalog.limit(cloud, "tag_value_pattern")
+    key_max, value_max = catalog.limit(cloud, "tag_key_max"), catalog.limit(cloud, "tag_value_max")
+    value_min = catalog.limits(cloud)["tag_value_min"].value if "tag_value_min" in catalog.limits(cloud) else 0
+    for key, value in tags.items():
+        if not 1 <= len(key) <= key_max or not re.fullmatch(key_pat, key) or key in (".", "..", "_index"):
+            problems.append(f"cluster.tags: key {_short(key)} is not a valid tag key on {cloud}; allowed: 1-{key_max} "
+                            f"characters matching {key_pat}")
+        if not value_min <= len(value) <= value_max or not re.fullmatch(value_pat, value):
+            problems.append(f"cluster.tags.{key}={_short(value)} is not a valid tag value on {cloud}; allowed: "
+                            f"{value_min}-{value_max} characters matching {value_pat}")
+    return problems
 
 
 def _min_lustre(cloud: Cloud) -> int:
@@ -442,8 +518,20 @@ def _nearest(cap: int, first: list[int], step: int) -> int:
     return min(candidates, key=lambda c: (abs(c - cap), c))
 
 
+_PLAIN = {
+    "int_type": "must be a whole number", "int_parsing": "must be a whole number",
+    "int_from_float": "must be a whole number",
+    "float_type": "must be a number", "float_parsing": "must be a number", "finite_number": "must be a finite number",
+    "bool_type": "must be true or false", "bool_parsing": "must be true or false",
+    "string_type": "must be text", "dict_type": "must be a mapping of settings (key: value)",
+    "model_type": "must be a mapping of settings (key: value)", "model_attributes_type": "must be a mapping of settings (key: value)",
+    "tuple_type": "must be a list", "list_type": "must be a list", "none_required": "must be null",
+    "ip_v4_network": "must be an IPv4 range written like 10.40.0.0/16",
+}
+
+
 def _describe(err: Any) -> str:
-    """One pydantic error as `cluster.<field>=<value>: <what is wrong; what is allowed>`."""
+    """One pydantic error as `cluster.<field>=<value>: <what is wrong; what is allowed>`, in plain words."""
     loc = ".".join(str(p) for p in err["loc"])
     where = f"cluster.{loc}" if loc else "cluster"
     kind = err["type"]
@@ -452,12 +540,38 @@ def _describe(err: Any) -> str:
     if kind == "extra_forbidden":
         allowed = _allowed_keys(err["loc"][:-1])
         return f"{where}: unknown key {err['loc'][-1]!r}; allowed keys here: {', '.join(allowed)}"
-    msg = err["msg"].removeprefix("Value error, ")
+    ctx = err.get("ctx") or {}
+    if kind == "value_error":
+        msg = err["msg"].removeprefix("Value error, ")
+    elif kind == "literal_error":
+        msg = f"must be one of {ctx.get('expected', '')}"
+    elif kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        word = {"greater_than": "above", "greater_than_equal": "at least", "less_than": "below",
+                "less_than_equal": "at most"}[kind]
+        bound = next(iter(v for k, v in ctx.items() if k in ("gt", "ge", "lt", "le")), "")
+        msg = f"must be {word} {bound:,}" if isinstance(bound, (int, float)) else f"must be {word} {bound}"
+    elif kind in ("too_short", "too_long"):
+        msg = (f"needs at least {ctx.get('min_length')} item(s)" if kind == "too_short"
+               else f"allows at most {ctx.get('max_length')} item(s)")
+    elif kind == "string_pattern_mismatch":
+        msg = f"does not match {ctx.get('pattern')}"
+    else:
+        msg = _PLAIN.get(kind, err["msg"])
     return f"{where}={_short(err.get('input'))}: {msg}" + _expected(err["loc"], kind)
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
+    """A value as the stack file writes it (null, true, 'text'), cut at 60 characters."""
+    if value is None:
+        text = "null"
+    elif isinstance(value, bool):
+        text = "true" if value else "false"
+    elif isinstance(value, (list, tuple)):
+        text = "[" + ", ".join(_short(v) for v in value) + "]"
+    elif isinstance(value, dict):
+        text = "{" + ", ".join(f"{k}: {_short(v)}" for k, v in value.items()) + "}"
+    else:
+        text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -493,7 +607,7 @@ def _field_help(loc: tuple) -> str:
 
 def _expected(loc: tuple, kind: str) -> str:
     """For a type error, repeat the field's documentation so the message says what is allowed."""
-    if kind != "value_error":
+    if kind not in ("value_error", "extra_forbidden"):
         help_text = _field_help(tuple(p for p in loc if not isinstance(p, int)))
         return f" (allowed: {help_text})" if help_text else ""
     return ""

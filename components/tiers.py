@@ -17,6 +17,10 @@ Tier = Literal["entry", "mid", "large"]
 TIERS: tuple[Tier, ...] = ("entry", "mid", "large")
 
 H100_CLASS = frozenset({"H100", "H200", "H800", "H20"})
+"""GPUs the large tier accepts: the H100 generation (Hopper) with its memory system and NVSwitch."""
+H100_COMPUTE = frozenset({"H100", "H200", "H800"})
+"""Of those, the ones with an H100's dense compute; the H20 has a small fraction of it, and a plan on
+an H20 shape says so (components/tencentcloud/notes.py)."""
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import json
 import logging
 import re
 import runpy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
@@ -23,6 +23,7 @@ from pulumi.runtime.sync_await import _sync_await
 
 from components.catalog import CLOUDS
 from components.spec import Cluster, load_spec
+from gpu_cluster import contracts
 from gpu_cluster.errors import UserError
 from gpu_cluster.files import load_yaml
 from gpu_cluster.mocks import GpuClusterMocks, RecordingMonitor, Registration, resolve
@@ -116,6 +117,8 @@ class Rendered:
     registrations: list[Registration]
     outputs: dict[str, Any]
     component_outputs: dict[str, dict[str, Any]]
+    invokes: list[tuple[str, dict]] = field(default_factory=list)
+    """Every function the program called, with its arguments."""
 
     def plan(self) -> dict[str, Any]:
         """The stack-export document."""
@@ -145,10 +148,16 @@ def render(stack_file: StackFile, program: Path = MAIN) -> Rendered:
     pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack_file.stack, preview=False,
                              monitor=monitor, logger=_QUIET)
     _sync_await(run_pulumi_func(lambda: runpy.run_path(str(program), run_name="__main__")))
+    problems = list(mocks.problems)
+    for reg in monitor.registrations:
+        if reg.custom and not reg.type.startswith("pulumi:providers:"):
+            problems += contracts.check_resource(reg.type, reg.name, reg.inputs)
+    if problems:
+        raise contracts.ContractError(problems)
     root = pulumi_settings.get_root_resource()
     outputs = {k: resolve(v) for k, v in getattr(root, "outputs", {}).items()}
     return Rendered(stack=stack_file.stack, cluster=cluster, registrations=monitor.registrations,
-                    outputs=outputs, component_outputs=monitor.component_outputs)
+                    outputs=outputs, component_outputs=monitor.component_outputs, invokes=mocks.invokes)
 
 
 def _jsonable(value: Any) -> Any:
@@ -222,6 +231,8 @@ def to_stack_export(rendered: Rendered) -> dict[str, Any]:
             "protect": reg.protect,
             "dependencies": reg.dependencies,
         }
+        if reg.property_dependencies:
+            entry["propertyDependencies"] = reg.property_dependencies
         if reg.custom:
             entry["id"] = reg.id
             entry["provider"] = provider_ref

@@ -24,8 +24,9 @@ def test_budget_notifications_per_threshold_plus_forecast(sample_plan):
         assert n["subscriberEmailAddresses"] == ["mlops@example.com", "infra-oncall@example.com"]
         assert n["subscriberSnsTopicArns"] == [topic_arn]
 
-    tag = plan.one("aws:costexplorer/costAllocationTag:CostAllocationTag").inputs
-    assert tag == {"tagKey": "gpu-cluster:name", "status": "Active"}
+    # The account-wide cost-allocation tag is not the cluster's to own (its destroy would switch the tag
+    # off for every cluster): no stack creates it, and the plan says how to activate it once.
+    assert not plan.of_type("aws:costexplorer/costAllocationTag:CostAllocationTag")
     emails = sorted(r.inputs["endpoint"] for r in plan.of_type("aws:sns/topicSubscription:TopicSubscription")
                     if r.inputs["protocol"] == "email" and r.inputs["topic"] == topic_arn)
     assert emails == ["infra-oncall@example.com", "mlops@example.com"]
@@ -50,6 +51,9 @@ def test_alarms_per_node_on_agent_metrics_to_the_topic(sample_plan):
     for idle in by_metric["nvidia_smi_utilization_gpu"]:
         assert idle["namespace"] == "CWAgent" and idle["comparisonOperator"] == "LessThanThreshold"
         assert idle["threshold"] == 10 and idle["period"] * idle["evaluationPeriods"] == 2 * 3600
+        # A node that sends no GPU metrics at all is not "fine": the alarm leaves OK (INSUFFICIENT_DATA)
+        # and says so to the topic.
+        assert idle["treatMissingData"] == "missing" and idle["insufficientDataActions"] == [topic_arn]
     for hot in by_metric["nvidia_smi_temperature_gpu"]:
         assert hot["namespace"] == "CWAgent" and hot["comparisonOperator"] == "GreaterThanThreshold"
     for status in by_metric["StatusCheckFailed"]:

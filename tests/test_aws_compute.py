@@ -22,7 +22,7 @@ def _node_subnet_id(plan):
 
 def test_pure_layout_and_rules():
     assert [(n.network_card_index, n.device_index, n.interface_type) for n in network_interfaces(4)] == [
-        (0, 0, "efa"), (1, 0, "efa-only"), (2, 0, "efa-only"), (3, 0, "efa-only")]
+        (0, 0, "efa"), (1, 0, "efa"), (2, 0, "efa"), (3, 0, "efa")]
     assert [n.interface_type for n in network_interfaces(0)] == [None]
     assert wants_placement_group(2, "entry") and wants_placement_group(1, "large")
     assert not wants_placement_group(1, "mid")
@@ -44,7 +44,8 @@ def test_large_has_one_cluster_placement_group_and_32_efa_cards(sample_plan):
     nics = template["networkInterfaces"]
     assert len(nics) == 32
     assert sorted(int(n["networkCardIndex"]) for n in nics) == list(range(32))
-    assert all(n["interfaceType"] in ("efa", "efa-only") for n in nics)
+    # EFA (with ENA) on every card: the one EFA interface type the provider's schema validates.
+    assert all(n["interfaceType"] == "efa" for n in nics)
     primary = [n for n in nics if n["networkCardIndex"] == 0]
     assert primary[0]["interfaceType"] == "efa" and primary[0]["deviceIndex"] == 0
     assert {n["subnetId"] for n in nics} == {_node_subnet_id(plan)}
@@ -93,8 +94,7 @@ def test_entry_single_node_has_no_placement_group_and_plain_ena(sample_plan):
 def test_mid_p4d_has_four_efa_cards_and_no_group_for_one_node(sample_plan):
     plan = sample_plan("aws-mid")
     nics = plan.one(LT).inputs["networkInterfaces"]
-    assert [(n["networkCardIndex"], n["interfaceType"]) for n in nics] == [
-        (0, "efa"), (1, "efa-only"), (2, "efa-only"), (3, "efa-only")]
+    assert [(n["networkCardIndex"], n["interfaceType"]) for n in nics] == [(0, "efa"), (1, "efa"), (2, "efa"), (3, "efa")]
     assert not plan.of_type(PG)
 
 

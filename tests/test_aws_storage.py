@@ -4,7 +4,9 @@ import json
 
 import pytest
 
-from components.aws.backup import fsx_backup_retention
+from components.aws.notes import fsx_backup_days
+from conftest import stack_with
+from gpu_cluster.render import render, validate
 
 FSX = "aws:fsx/lustreFileSystem:LustreFileSystem"
 DRA = "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation"
@@ -103,13 +105,33 @@ def test_no_data_volumes_no_dlm_policy(render_cluster):
 
 
 def test_fsx_backup_retention_is_capped_and_reported(render_cluster):
-    assert fsx_backup_retention(14) == (14, "")
-    days, note = fsx_backup_retention(120)
-    assert days == 90 and "120" in note and "90" in note
+    capped = validate(stack_with("aws-large", {"snapshots": {"retain": 120}}))
+    assert fsx_backup_days(capped.spec) == 90
+    assert any("120" in n and "at most 90 days" in n for n in capped.notes)
     plan = render_cluster("aws-large", {"snapshots": {"retain": 120}})
     assert plan.one(FSX).inputs["automaticBackupRetentionDays"] == 90
     assert plan.one(DLM).inputs["policyDetails"]["schedules"][0]["retainRule"]["count"] == 120
-    assert "90" in _storage_component(plan).outputs["backup_retention_note"]
+
+
+def test_a_file_system_linked_to_s3_has_no_backups_and_the_plan_says_why(sample_plan):
+    """FSx backs up only persistent file systems not linked to S3 (FSx for Lustre user guide, "Working
+    with backups"): asking for backups next to a data repository association would fail CreateBackup."""
+    plan = sample_plan("aws-mid")
+    assert plan.of_type(DRA) and plan.one(FSX).inputs["automaticBackupRetentionDays"] == 0
+    assert "dailyAutomaticBackupStartTime" not in plan.one(FSX).inputs
+    cluster = validate(stack_with("aws-mid"))
+    assert any("cannot back up a file system linked to S3" in n for n in cluster.notes)
+
+
+def test_the_file_system_waits_for_every_lustre_rule():
+    """CreateFileSystem fails with InvalidNetworkSettings when the port-988 rules land after it
+    (aws/aws-parallelcluster issue 6181): the file system depends on each of them."""
+    regs = render(stack_with("aws-large")).registrations
+    fs = next(r for r in regs if r.type == FSX)
+    rules = [r.urn for r in regs if r.type in (INGRESS, "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule")
+             and "-lustre-" in r.name]
+    assert len(rules) == 10  # 2 port ranges × (in, out) × (self, nodes) + 2 client-side rules
+    assert set(rules) <= set(fs.dependencies)
 
 
 def test_stateful_urns_survive_type_and_node_count_changes(sample_plan, render_cluster):

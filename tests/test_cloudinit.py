@@ -1,17 +1,28 @@
-"""The nodes' boot configuration: cloud-init built from data (pure), and what the AWS plan carries."""
+"""The nodes' boot configuration: cloud-init built from data (pure), what each cloud adds, and that every
+rendered script is valid bash that shellcheck accepts."""
+
+from __future__ import annotations
 
 import base64
-import re
+import shutil
+import subprocess
 
+import pytest
 import yaml
 
 from components import catalog
-from components.aws.compute import NVME_MODEL, boot_config
-from components.cloudinit import MD_DEVICE, SCRATCH_SCRIPT, render
+from components.aws.boot import CLOUDWATCH_AGENT_CTL, DATA_VOLUME_TAG, EBS_MODEL, NVME_MODEL, boot_config
+from components.cloudinit import (DATA_SCRIPT, MD_DEVICE, SCRATCH_SCRIPT, SCRATCH_UNIT, BootConfig, DataDisk, render,
+                                  scripts)
+from components.tencentcloud import boot as tencent_boot
+from gpu_cluster.render import SAMPLE_STACKS
 
 P5 = catalog.shape("aws", "p5.48xlarge")
 G4 = catalog.shape("aws", "g4dn.xlarge")
+HCC = catalog.shape("tencentcloud", "HCCPNV6.96XLARGE2304")
+GT4 = catalog.shape("tencentcloud", "GT4.20XLARGE474")
 PARAM = "AmazonCloudWatch-llm-large"
+FSX_SOURCE = "fs-0abc.fsx.us-east-1.amazonaws.com@tcp:/abcd1234"
 
 
 def _doc(text: str) -> dict:
@@ -25,42 +36,78 @@ def _file(doc: dict, path: str) -> str:
     return next(f["content"] for f in doc["write_files"] if f["path"] == path)
 
 
-def test_raid0_over_exactly_the_shapes_nvme_drives():
+def test_raid0_over_exactly_the_shapes_nvme_drives_after_the_images_own_setup():
     for shape in (P5, G4):
-        doc = _doc(render(boot_config(shape, "nvme", PARAM, None, 0)))
+        doc = _doc(render(boot_config(shape, "nvme", PARAM, None, data_disk=False)))
         script = _file(doc, SCRATCH_SCRIPT)
         assert f"EXPECTED={shape.nvme_count}\n" in script
         assert f"MODEL='{NVME_MODEL}'" in script
         assert "--level=0" in script and MD_DEVICE in script and "/scratch" in script
-        # Idempotent on reboot: assemble an existing array before ever creating one.
+        # Idempotent on reboot: an existing array is assembled, never re-created over.
         assert script.index("mdadm --assemble") < script.index("mdadm --create")
         assert {"mdadm", "xfsprogs"} <= set(doc["packages"])
+        # The DLAMI stripes the drives itself (dlami-nvme.service): the unit runs after it, and the
+        # script waits for it and uses its volume when there is one.
+        unit = _file(doc, SCRATCH_UNIT)
+        assert "After=local-fs.target dlami-nvme.service" in unit
+        assert "IMAGE_SERVICE=dlami-nvme.service" in script and "IMAGE_MOUNT=/opt/dlami/nvme" in script
+        assert script.index('mountpoint -q "$IMAGE_MOUNT"') < script.index("collect \"$EXPECTED\" drive")
 
 
-def test_mounts_lustre_and_starts_the_gpu_agent():
-    source = "fs-0abc.fsx.us-east-1.amazonaws.com@tcp:/abcd1234"
-    doc = _doc(render(boot_config(P5, "nvme", PARAM, source, 0)))
+def test_own_image_does_not_wait_for_the_dlami_service():
+    script = _file(_doc(render(boot_config(P5, "nvme", PARAM, None, data_disk=False, image_scratch=False))),
+                   SCRATCH_SCRIPT)
+    assert "IMAGE_SERVICE=''" in script
+
+
+def test_lustre_client_is_installed_for_the_running_kernel_before_the_mount():
+    doc = _doc(render(boot_config(P5, "nvme", PARAM, FSX_SOURCE, data_disk=False)))
     (lustre,) = [m for m in doc["mounts"] if m[1] == "/lustre"]
-    assert lustre[0] == source and lustre[2] == "lustre"
-    assert ["mount", "/lustre"] in doc["runcmd"]
-    agent = doc["runcmd"][-1]
-    assert agent[0].endswith("amazon-cloudwatch-agent-ctl")
-    assert agent[1:] == ["-a", "fetch-config", "-m", "ec2", "-s", "-c", f"ssm:{PARAM}"]
+    assert lustre[0] == FSX_SOURCE and lustre[2] == "lustre"
+    client = _file(doc, "/usr/local/sbin/gpu-cluster-lustre-client")
+    assert 'lustre-client-modules-$kernel' in client and "fsx-lustre-client-repo.s3.amazonaws.com/ubuntu" in client
+    # No client for this kernel: a loud failure, not an unmounted /lustre nobody notices.
+    assert 'apt-cache show "lustre-client-modules-$kernel"' in client and "fail" in client
+    runcmd = doc["runcmd"]
+    assert runcmd.index(["/usr/local/sbin/gpu-cluster-lustre-client"]) < runcmd.index(["mount", "/lustre"])
+
+
+def test_the_cloudwatch_agent_is_installed_verified_and_started():
+    doc = _doc(render(boot_config(P5, "nvme", PARAM, None, data_disk=False)))
+    agent = _file(doc, "/usr/local/sbin/gpu-cluster-cloudwatch-agent")
+    assert "amazon-cloudwatch-agent.deb" in agent and "gpg --batch --verify" in agent
+    assert "937616F3450B7D806CBD9725D58167303B789C72" in agent  # Amazon's published key fingerprint
+    assert f'CTL={CLOUDWATCH_AGENT_CTL}' in agent and '-a fetch-config -m ec2 -s -c "ssm:$PARAMETER"' in agent
+    assert f"PARAMETER={PARAM}" in agent
+    assert doc["runcmd"][-1] == ["/usr/local/sbin/gpu-cluster-cloudwatch-agent"]
 
 
 def test_no_scratch_no_lustre_no_data_disk():
-    doc = _doc(render(boot_config(G4, "none", PARAM, None, 0)))
+    doc = _doc(render(boot_config(G4, "none", PARAM, None, data_disk=False)))
     assert "mounts" not in doc and "packages" not in doc
-    assert [f["path"] for f in doc.get("write_files", [])] == []
+    assert [f["path"] for f in doc["write_files"]] == ["/usr/local/sbin/gpu-cluster-cloudwatch-agent"]
 
 
-def test_data_disk_script_formats_only_a_blank_volume_of_its_size():
-    doc = _doc(render(boot_config(P5, "nvme", PARAM, None, 1000)))
-    script = _file(doc, "/usr/local/sbin/gpu-cluster-data")
-    assert "WANT=$(( 1000 * 1024 * 1024 * 1024 ))" in script
-    assert "MODEL='Amazon Elastic Block Store'" in script
-    assert "mkfs.xfs -L data" in script and "LABEL=data /data" in script
-    assert ["systemd-run", "--unit=gpu-cluster-data", "/usr/local/sbin/gpu-cluster-data"] in doc["runcmd"]
+def test_aws_data_volume_is_found_by_the_volume_id_in_the_instance_tags():
+    doc = _doc(render(boot_config(P5, "nvme", PARAM, None, data_disk=True)))
+    script = _file(doc, DATA_SCRIPT)
+    assert f"meta-data/tags/instance/{DATA_VOLUME_TAG}" in script and '${volume//-/}' in script
+    assert "WANT=" not in script and "getsize64" not in script  # never by size
+    assert ["systemctl", "enable", "--now", "--no-block", "gpu-cluster-data.service"] in doc["runcmd"]
+
+
+def test_tencent_nodes_name_their_own_data_disk_and_install_turbo_and_the_driver():
+    text = tencent_boot.user_data(shape=HCC, scratch="none", lustre_source="10.51.0.12@tcp0:/1234abcd/cfs",
+                                  install_driver=True, data_disk_id="disk-1a2b3c4d")
+    doc = _doc(text)
+    assert "echo disk-1a2b3c4d" in _file(doc, DATA_SCRIPT)
+    turbo = _file(doc, "/usr/local/sbin/gpu-cluster-lustre-client")
+    assert "cfs_turbo_client_setup" in turbo
+    steps = [c[0].rsplit("/", 1)[-1] for c in doc["runcmd"] if c[0].startswith("/usr/local/sbin/")]
+    # The driver before the fabric manager that must match it (NVSwitch shape).
+    assert steps[-2:] == ["gpu-cluster-gpu-driver", "gpu-cluster-fabric-manager"]
+    no_nvswitch = _doc(tencent_boot.user_data(shape=GT4, scratch="disk", lustre_source=None, install_driver=True))
+    assert "/usr/local/sbin/gpu-cluster-fabric-manager" not in [f["path"] for f in no_nvswitch["write_files"]]
 
 
 def test_launch_template_user_data_is_that_document(sample_plan):
@@ -70,18 +117,59 @@ def test_launch_template_user_data_is_that_document(sample_plan):
     fs = plan.one("aws:fsx/lustreFileSystem:LustreFileSystem").outputs
     (lustre,) = [m for m in doc["mounts"] if m[1] == "/lustre"]
     assert lustre[0] == f"{fs['dnsName']}@tcp:/{fs['mountName']}"
-    assert re.search(r"^EXPECTED=8$", _file(doc, SCRATCH_SCRIPT), re.M)
+    assert "EXPECTED=8\n" in _file(doc, SCRATCH_SCRIPT)
+    # The template lets the node read its own tags (the data volume id), and each node carries it.
+    assert template["metadataOptions"]["instanceMetadataTags"] == "enabled"
+    volumes = {r.id for r in plan.of_type("aws:ebs/volume:Volume")}
+    nodes = plan.of_type("aws:ec2/instance:Instance")
+    assert {n.inputs["tags"][DATA_VOLUME_TAG] for n in nodes} == volumes
 
 
-def test_boot_scripts_are_valid_bash(tmp_path):
-    import subprocess
+def _rendered_scripts(sample_plan) -> dict[str, str]:
+    """Every boot script of every sample stack, and of the variants the samples do not cover."""
+    out: dict[str, str] = {}
+    for stack in SAMPLE_STACKS:
+        plan = sample_plan(stack)
+        for lt in plan.of_type("aws:ec2/launchTemplate:LaunchTemplate"):
+            doc = _doc(base64.b64decode(lt.inputs["userData"]).decode())
+            out.update({f"{stack}:{f['path']}": f["content"] for f in doc.get("write_files", [])
+                        if f["content"].startswith("#!/bin/bash")})
+        for node in plan.of_type("tencentcloud:Instance/instance:Instance"):
+            doc = _doc(node.inputs["userDataRaw"])
+            out.update({f"{stack}:{node.name}:{f['path']}": f["content"] for f in doc.get("write_files", [])
+                        if f["content"].startswith("#!/bin/bash")})
+    variants = [boot_config(G4, "disk", PARAM, FSX_SOURCE, data_disk=True)]
+    for i, boot in enumerate(variants):
+        out.update({f"variant-{i}:{p}": s for p, s in scripts(boot).items()})
+    out["tencent:scratch-disk"] = scripts(BootConfig(
+        nvme_devices=0, nvme_model=None, scratch="disk", data_disk=DataDisk(serial="disk-1a2b3c4d")))[SCRATCH_SCRIPT]
+    return out
 
-    from components.cloudinit import data_disk_script, scratch_script
 
-    for i, script in enumerate([scratch_script(8, "Amazon EC2 NVMe Instance Storage"), scratch_script(4, None),
-                                data_disk_script(1000, "Amazon Elastic Block Store"),
-                                data_disk_script(1000, None, ("/dev/vdb",))]):
-        path = tmp_path / f"script-{i}.sh"
+def test_every_boot_script_is_valid_bash(sample_plan, tmp_path):
+    found = _rendered_scripts(sample_plan)
+    assert len(found) >= 20
+    for name, script in found.items():
+        path = tmp_path / "script.sh"
         path.write_text(script)
         result = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
-        assert result.returncode == 0, result.stderr
+        assert result.returncode == 0, (name, result.stderr)
+
+
+def test_every_boot_script_passes_shellcheck(sample_plan, tmp_path):
+    shellcheck = shutil.which("shellcheck")
+    assert shellcheck, "shellcheck is required (Debian package `shellcheck`; .ci/run installs it)"
+    for name, script in _rendered_scripts(sample_plan).items():
+        path = tmp_path / "script.sh"
+        path.write_text(script)
+        result = subprocess.run([shellcheck, "--shell=bash", "--severity=style", str(path)],
+                                capture_output=True, text=True)
+        assert result.returncode == 0, (name, result.stdout)
+
+
+@pytest.mark.parametrize("model", [EBS_MODEL])
+def test_scratch_disk_script_excludes_the_data_disk(model):
+    boot = boot_config(G4, "disk", PARAM, None, data_disk=True)
+    script = scripts(boot)[SCRATCH_SCRIPT]
+    assert f"MODEL='{model}'" in script and 'DATA_SERIAL=$(data_disk_serial || true)' in script
+    assert "blkid -L scratch" in script and "/dev/sdg" not in script

@@ -74,7 +74,8 @@ def test_make_review_against_a_base_ref(tmp_path):
     # The clone has what is committed; bring the work tree's code over so the test checks this code.
     for path in ("components", "gpu_cluster", "policies", "stacks", "__main__.py"):
         subprocess.run(["cp", "-r", str(root / path), str(clone / Path(path).parent)], check=True)
-    run("git", "-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-qam", "base", "--allow-empty")
+    run("git", "add", "-A")
+    run("git", "-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-qm", "base", "--allow-empty")
     stack = clone / "stacks" / "Pulumi.aws-entry.yaml"
     stack.write_text(stack.read_text().replace("data_disk_gb: 200", "data_disk_gb: 400"))
     run("git", "-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-qam", "grow the data disk")
@@ -83,8 +84,8 @@ def test_make_review_against_a_base_ref(tmp_path):
     assert result.returncode == 0, result.stderr
     md = (tmp_path / "review.md").read_text()
     row = next(line for line in md.splitlines() if line.startswith("| aws-entry |"))
-    # The volume grows in place; the boot config (which names the size) is a new template version.
-    assert row.startswith("| aws-entry | 0 | 2 | 0 | 0 |")
+    # The volume grows in place, and nothing else changes: the boot config finds the volume by its id.
+    assert row.startswith("| aws-entry | 0 | 1 | 0 | 0 |")
     assert "| change | `aws:ebs/volume:Volume` | `ml-entry-storage-data-0` | size |" in md
     assert "+16.00 USD" in row  # 200 GB more gp3 at $0.08
     assert "| aws-large | 0 | 0 | 0 | 0 |" in md

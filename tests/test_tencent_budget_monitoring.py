@@ -30,11 +30,26 @@ def test_one_actual_warning_per_threshold_and_a_forecast_at_100(sample_plan, ren
     assert warn_jsons((10,))[-1] == {"warn_type": "FORECAST", "cal_type": "PERCENTAGE", "threshold_value": "100"}
 
 
-def test_alarm_notice_mails_the_deploying_cam_user(sample_plan):
-    (user,) = sample_plan("tencent-entry").one(NOTICE).inputs["userNotices"]
+def test_alarm_notice_goes_to_the_cam_users_of_the_budget_emails(sample_plan):
+    """user_ids are CAM user UIDs (provider doc monitor_alarm_notice: "User UID List"), not the
+    account UIN: each budget e-mail is looked up among the CAM users."""
+    from gpu_cluster.mocks.tencentcloud import _cam_users
+
+    (user,) = sample_plan("tencent-large").one(NOTICE).inputs["userNotices"]
     assert user["receiverType"] == "USER" and user["noticeWays"] == ["EMAIL"]
-    assert user["userIds"] == [100000000001]
+    expected = [_cam_users({"email": e})["userLists"][0]["uid"] for e in ("mlops@example.com", "infra-oncall@example.com")]
+    assert user["userIds"] == expected and 100000000001 not in user["userIds"]
     assert (user["startTime"], user["endTime"]) == (0, 86399)
+
+
+def test_an_email_no_cam_user_carries_stops_the_deployment():
+    import pulumi
+    import pytest
+
+    from components.tencentcloud.budget import cam_uid
+
+    with pytest.raises(pulumi.RunError, match="no CAM user of this account has the e-mail ops@example.com"):
+        cam_uid([], "ops@example.com")
 
 
 def test_gpu_alarms_idle_two_hours_and_hot_bound_to_every_node(sample_plan):

@@ -1,5 +1,6 @@
 """Tencent compute: shapes per tier, HPC cluster packing, zone, purchase mapping, boot config."""
 
+import pytest
 import yaml
 
 from components import catalog
@@ -59,19 +60,41 @@ def test_nodes_are_private_with_an_hssd_root_disk_of_root_gb(sample_plan):
     assert node["tags"]["gpu-cluster:tier"] == "entry"
 
 
-def test_hcc_nodes_use_a_local_system_disk_and_critical_enables_termination_protection(sample_plan):
-    for node in inputs_of(sample_plan("tencent-large"), INSTANCE):
-        assert node["systemDiskType"] == "LOCAL_BASIC" and node["systemDiskSize"] == 500
+def test_system_disk_is_what_the_zone_offers_the_shape_and_critical_enables_termination_protection(sample_plan):
+    plan = sample_plan("tencent-large")
+    for node in inputs_of(plan, INSTANCE):
+        # The mock's zone offers Enhanced SSD system disks for HCCPNV6 (the type Tencent's own HCC guide uses).
+        assert node["systemDiskType"] == "CLOUD_HSSD" and node["systemDiskSize"] == 500
         assert node["disableApiTermination"] is True
 
 
+def test_system_disk_choice_and_unsold_shapes():
+    from types import SimpleNamespace as N
+
+    import pulumi
+
+    from components.tencentcloud.compute import system_disk_type
+
+    def offer(kinds, available=True):
+        return N(instance_type="HCCPNV6.96XLARGE2304", cbs_configs=[
+            N(disk_type=k, available=available, disk_usage="SYSTEM_DISK") for k in kinds])
+
+    assert system_disk_type([offer(["CLOUD_PREMIUM", "CLOUD_BSSD"])], "HCCPNV6.96XLARGE2304", "z", True) == "CLOUD_BSSD"
+    # An HCC shape with no cloud system disk on offer: its local disk, as the provider's HCC test uses.
+    assert system_disk_type([offer([])], "HCCPNV6.96XLARGE2304", "z", True) == "LOCAL_BASIC"
+    with pytest.raises(pulumi.RunError, match="offers none of the system disks"):
+        system_disk_type([offer(["CLOUD_HSSD"], available=False)], "HCCPNV6.96XLARGE2304", "z", False)
+    with pytest.raises(pulumi.RunError, match="is not sold in ap-shanghai-5"):
+        system_disk_type([], "HCCPNV6.96XLARGE2304", "ap-shanghai-5", True)
+
+
 def test_spot_and_mixed_map_to_spotpaid_with_a_max_price(render_cluster):
-    spot = inputs_of(render_cluster("tencent-mid", {"purchase": "spot"}), INSTANCE)
+    spot = inputs_of(render_cluster("tencent-mid", {"purchase": "spot", "storage": {"scratch": "none"}}), INSTANCE)
     assert all(n["instanceChargeType"] == "SPOTPAID" and n["spotInstanceType"] == "ONE-TIME"
                and float(n["spotMaxPrice"]) > 0 for n in spot)
     # Registration order is not program order (inputs resolve asynchronously): go by node name.
-    nodes = sorted(render_cluster("tencent-mid", {"purchase": "mixed", "nodes": 3}).of_type(INSTANCE),
-                   key=lambda r: r.name)
+    nodes = sorted(render_cluster("tencent-mid", {"purchase": "mixed", "nodes": 3, "storage": {"scratch": "none"}})
+                   .of_type(INSTANCE), key=lambda r: r.name)
     mixed = [r.inputs for r in nodes]
     assert [r.name.rsplit("-", 1)[-1] for r in nodes] == ["0", "1", "2"]
     assert [n["instanceChargeType"] for n in mixed] == ["POSTPAID_BY_HOUR", "SPOTPAID", "SPOTPAID"]
@@ -80,21 +103,37 @@ def test_spot_and_mixed_map_to_spotpaid_with_a_max_price(render_cluster):
 
 def test_user_data_is_cloud_config_mounting_turbo_and_installing_the_driver(sample_plan):
     plan = sample_plan("tencent-mid")
-    target = plan.stack.outputs["cfs_mount_target"] if plan.stack.outputs else None
-    for node in inputs_of(plan, INSTANCE):
-        assert "userData" not in node
-        doc = yaml.safe_load(node["userDataRaw"])
-        assert node["userDataRaw"].startswith("#cloud-config\n")
+    target = plan.stack.outputs["cfs_mount_target"]
+    disks = {r.name.rsplit("-", 1)[-1]: r.id for r in plan.of_type("tencentcloud:Cbs/storage:Storage")}
+    for node in plan.of_type(INSTANCE):
+        inputs = node.inputs
+        assert "userData" not in inputs
+        doc = yaml.safe_load(inputs["userDataRaw"])
+        assert inputs["userDataRaw"].startswith("#cloud-config\n")
         lustre = [m for m in doc["mounts"] if m[1] == "/lustre"]
-        assert len(lustre) == 1 and lustre[0][2] == "lustre" and lustre[0][0].endswith("/cfs")
-        assert "@tcp0:/" in lustre[0][0]
-        if target:
-            assert lustre[0][0] == target
-        scratch = [m for m in doc["mounts"] if m[1] == "/scratch"]
-        assert scratch and scratch[0][0] == "/dev/vdb"
-        assert any("auto_install.sh" in " ".join(c) for c in doc["runcmd"])
-        assert node["dataDisks"] == [{"dataDiskType": "CLOUD_HSSD", "dataDiskSize": 1000,
-                                      "deleteWithInstance": True, "encrypt": True}]
+        assert len(lustre) == 1 and lustre[0][2] == "lustre" and lustre[0][0] == target
+        assert "@tcp0:/" in target and target.endswith("/cfs")
+        files = {f["path"]: f["content"] for f in doc["write_files"]}
+        assert "cfs_turbo_client_setup" in files["/usr/local/sbin/gpu-cluster-lustre-client"]
+        assert "auto_install.sh" in files["/usr/local/sbin/gpu-cluster-gpu-driver"]
+        # Each node's document names its own data disk by id.
+        assert f"echo {disks[node.name.rsplit('-', 1)[-1]]}" in files["/usr/local/sbin/gpu-cluster-data"]
+        assert inputs["dataDisks"] == [{"dataDiskType": "CLOUD_HSSD", "dataDiskSize": 1000,
+                                        "deleteWithInstance": True, "encrypt": True}]
+
+
+def test_the_image_is_the_newest_from_the_lookups_list(sample_plan):
+    """The provider returns images only in `images`, never as a top-level image_id
+    (data_source_tc_images.go): the node's image is the list's first, and an empty list is a sentence."""
+    import pulumi
+
+    from components.tencentcloud.cluster import PUBLIC_IMAGE_OS, first_image
+
+    (node,) = inputs_of(sample_plan("tencent-entry"), INSTANCE)
+    assert node["imageId"] == "img-487zeit5"
+    with pytest.raises(pulumi.RunError, match="no public image"):
+        first_image([], "GN7.2XLARGE32")
+    assert PUBLIC_IMAGE_OS.startswith("TencentOS Server 3.1")
 
 
 def test_own_image_skips_the_driver_installer(render_cluster):
@@ -104,34 +143,33 @@ def test_own_image_skips_the_driver_installer(render_cluster):
 
 
 def test_shapes_with_local_nvme_stripe_them_at_boot():
-    # No catalogued Tencent tier shape has confirmed local NVMe today; the boot config is ready for one.
-    doc = yaml.safe_load(boot.user_data(nvme_devices=4, scratch="nvme", lustre_source=None, install_driver=False))
+    shape = catalog.shape("tencentcloud", "HCCPNV4h.48XLARGE1024")
+    doc = yaml.safe_load(boot.user_data(shape=shape, scratch="nvme", lustre_source=None, install_driver=False))
     assert any(f["path"] == "/usr/local/sbin/gpu-cluster-scratch" and "EXPECTED=4" in f["content"]
                for f in doc["write_files"])
     assert "mounts" not in doc
 
 
 def test_critical_mixed_protects_only_the_on_demand_node(render_cluster):
-    plan = render_cluster("tencent-mid", {"criticality": "critical", "purchase": "mixed", "nodes": 3})
+    plan = render_cluster("tencent-mid", {"criticality": "critical", "purchase": "mixed", "nodes": 3,
+                                          "storage": {"scratch": "none"}})
     nodes = sorted(plan.of_type(INSTANCE), key=lambda r: r.name)
     assert [n.inputs["instanceChargeType"] for n in nodes] == ["POSTPAID_BY_HOUR", "SPOTPAID", "SPOTPAID"]
     assert [n.inputs["disableApiTermination"] for n in nodes] == [True, False, False]
 
 
-def test_nodes_keep_their_image_when_a_newer_public_image_appears():
+def test_nodes_keep_their_image_and_boot_config_when_they_change():
     from conftest import stack_with
     from gpu_cluster.render import render
 
     regs = render(stack_with("tencent-large")).registrations
     nodes = [r for r in regs if r.type == INSTANCE]
-    assert len(nodes) == 2 and all(r.ignore_changes == ["imageId"] for r in nodes)
+    assert len(nodes) == 2 and all(r.ignore_changes == ["imageId", "userDataRaw"] for r in nodes)
 
 
-def test_data_disk_is_mounted_at_data_and_never_mistaken_for_the_scratch_disk(sample_plan):
-    # tencent-mid: a 1000 GB scratch disk (/dev/vdb) and a 1000 GB persistent CBS disk per node.
+def test_data_disk_is_found_by_its_id_never_by_size(sample_plan):
     for node in inputs_of(sample_plan("tencent-mid"), INSTANCE):
         doc = yaml.safe_load(node["userDataRaw"])
         (script,) = [f["content"] for f in doc["write_files"] if f["path"] == "/usr/local/sbin/gpu-cluster-data"]
-        assert "WANT=$(( 1000 * 1024 * 1024 * 1024 ))" in script and "EXCLUDE=/dev/vdb" in script
-        assert "MODEL=''" in script  # virtio disks carry no model string
-        assert ["systemd-run", "--unit=gpu-cluster-data", "/usr/local/sbin/gpu-cluster-data"] in doc["runcmd"]
+        assert "echo disk-" in script and "getsize64" not in script
+        assert ["systemctl", "enable", "--now", "--no-block", "gpu-cluster-data.service"] in doc["runcmd"]

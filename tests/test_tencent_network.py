@@ -44,11 +44,19 @@ def test_lustre_clients_accept_lnet_from_the_turbo_range(sample_plan):
     assert {"port": "988", "cidrBlock": "10.51.0.0/24"}.items() <= next(r for r in ingresses if r.get("port") == "988").items()
 
 
-def test_egress_leaves_through_a_nat_gateway_with_an_eip(sample_plan):
+def test_egress_leaves_through_a_standard_nat_gateway_with_enough_eips(sample_plan, render_cluster):
     plan = sample_plan("tencent-mid")
-    eip = plan.one("tencentcloud:Eip/instance:Instance")
+    eips = sorted(plan.of_type("tencentcloud:Eip/instance:Instance"), key=lambda r: r.name)
     nat = plan.one("tencentcloud:Nat/gateway:Gateway")
-    assert nat.inputs["assignedEipSets"] == [eip.outputs["publicIp"]]
+    # The default 500 Mbps: five 100 Mbps traffic-billed EIPs (the most one such EIP carries) behind a
+    # standard NAT gateway (5000 Mbps; the traditional product defaults to 100).
+    assert [e.inputs["internetMaxBandwidthOut"] for e in eips] == [100] * 5
+    assert {e.inputs["internetChargeType"] for e in eips} == {"TRAFFIC_POSTPAID_BY_HOUR"}
+    assert sorted(nat.inputs["assignedEipSets"]) == sorted(e.outputs["publicIp"] for e in eips)
+    assert nat.inputs["natProductVersion"] == 2 and "bandwidth" not in nat.inputs
+    small = render_cluster("tencent-mid", {"network": {"egress_mbps": 150}})
+    assert sorted(e.inputs["internetMaxBandwidthOut"] for e in small.of_type("tencentcloud:Eip/instance:Instance")) == [
+        50, 100]
     assert nat.inputs["vpcId"] == plan.one(VPC).id
     route = plan.one("tencentcloud:Route/tableEntry:TableEntry").inputs
     assert route["destinationCidrBlock"] == "0.0.0.0/0" and route["nextType"] == "NAT" and route["nextHub"] == nat.id
@@ -78,8 +86,9 @@ def test_every_network_resource_is_tagged(sample_plan):
     plan = sample_plan("tencent-mid")
     for type_ in (VPC, SUBNET, "tencentcloud:Security/group:Group", "tencentcloud:Nat/gateway:Gateway",
                   "tencentcloud:Eip/instance:Instance", "tencentcloud:Cls/topic:Topic"):
-        assert plan.one(type_).inputs["tags"]["gpu-cluster:name"] == "tc-mid", type_
-        assert plan.one(type_).inputs["tags"]["managed-by"] == "pulumi", type_
+        for r in plan.of_type(type_):
+            assert r.inputs["tags"]["gpu-cluster:name"] == "tc-mid", type_
+            assert r.inputs["tags"]["managed-by"] == "pulumi", type_
 
 
 def test_node_subnet_is_the_first_half_and_turbo_range_never_overlaps_the_vpc():

@@ -96,7 +96,7 @@ def test_no_data_disks_no_cbs_policy(render_cluster):
 def test_stateful_urns_survive_instance_type_and_node_count_changes(sample_plan, render_cluster):
     before = sample_plan("tencent-mid")
     after = render_cluster("tencent-mid", {"instance_type": "GT4.20XLARGE474", "nodes": 4,
-                                           "purchase": "mixed"})
+                                           "purchase": "mixed", "storage": {"scratch": "none"}})
     changed = render_cluster("tencent-entry", {"instance_type": "PNV4.7XLARGE116", "zone": "ap-guangzhou-7",
                                                "nodes": 2})
     for old, new in ((before, after), (sample_plan("tencent-entry"), changed)):

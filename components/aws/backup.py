@@ -1,6 +1,6 @@
-"""Backup role on AWS (DESIGN §4): EBS snapshots of the data volumes by a DLM lifecycle policy that
-targets them by tag, with its own execution role. FSx automatic backups are a property of the file
-system (see `fsx_backup_retention` and components/aws/storage.py).
+"""Backup role on AWS (docs/architecture.md): EBS snapshots of the data volumes by a DLM lifecycle
+policy that targets them by tag, with its own execution role. FSx automatic backups are a property of
+the file system (components/aws/notes.py `fsx_backup_days`, components/aws/storage.py).
 """
 
 from __future__ import annotations
@@ -11,22 +11,11 @@ from typing import Mapping, Optional
 import pulumi
 import pulumi_aws as aws
 
-from components import catalog
 from components.aws.common import assume_role_policy, aws_managed_policy, tagged
 from components.schedules import snapshot_hours
 
 BACKUP_TAG = "gpu-cluster:backup"
 """Tag key the lifecycle policy targets; the value is the cluster name (set on the data volumes)."""
-
-
-def fsx_backup_retention(retain: int) -> tuple[int, str]:
-    """Days of FSx automatic backups for `snapshots.retain`, capped at the service maximum, and a note
-    saying so when capped (empty otherwise)."""
-    cap = catalog.limit("aws", "fsx_backup_retention_days_max")
-    if retain <= cap:
-        return retain, ""
-    return cap, (f"snapshots.retain={retain}: FSx for Lustre keeps automatic backups at most {cap} days, "
-                 f"so the file system's backups are kept {cap} days (data-volume snapshots keep {retain})")
 
 
 @dataclass(frozen=True)
@@ -57,7 +46,7 @@ class Backup(pulumi.ComponentResource):
             description=f"DLM snapshots of the data volumes of {name}",
             tags=tagged(args.tags, role_name), opts=child)
         # The AWS-managed DLM service-role policy: create/delete/describe snapshots and tag them, nothing
-        # else (shared/facts/aws.md "DLM").
+        # else (DLM user guide, "AWS managed policies for Amazon Data Lifecycle Manager").
         attachment = aws.iam.RolePolicyAttachment(
             f"{name}-snapshots-role-dlm", role=role.name,
             policy_arn=aws_managed_policy(args.partition, "service-role/AWSDataLifecycleManagerServiceRole"),

@@ -1,4 +1,4 @@
-"""Budget role on AWS (DESIGN §4): a monthly AWS Budgets cost budget scoped to the cluster's cost tag,
+"""Budget role on AWS (docs/architecture.md): a monthly AWS Budgets cost budget scoped to the cluster's cost tag,
 ACTUAL notifications at each threshold and a FORECASTED one at 100 %, delivered to an SNS topic (also
 used by the monitoring alarms) and to the e-mail subscribers.
 """
@@ -18,7 +18,8 @@ from components.spec import NAME_TAG
 
 
 def cost_filter_value(cluster_name: str) -> str:
-    """AWS Budgets' TagKeyValue filter for a user-defined tag: "user:<key>$<value>" (shared/facts/aws.md)."""
+    """AWS Budgets' TagKeyValue filter for a user-defined tag: "user:<key>$<value>" (AWS Budgets API,
+    "Budget": CostFilters; docs.aws.amazon.com/aws-cost-management/latest/APIReference/API_budgets_Budget.html)."""
     return f"user:{NAME_TAG}${cluster_name}"
 
 
@@ -36,8 +37,6 @@ class BudgetArgs:
     account_id: pulumi.Input[str]
     """This account: the SNS topic policy only accepts publishes on its behalf."""
     tags: Mapping[str, str]
-    activate_cost_tag: bool = True
-    """Activate `gpu-cluster:name` as a cost-allocation tag (default True; once per account suffices)."""
 
 
 class Budget(pulumi.ComponentResource):
@@ -89,13 +88,10 @@ class Budget(pulumi.ComponentResource):
             aws.sns.TopicSubscription(f"{name}-alerts-email-{i}", topic=topic.arn, protocol="email",
                                       endpoint=email, opts=child)
 
-        depends_on = []
-        if args.activate_cost_tag:
-            # A new tag key shows up in Cost Explorer only after resources carrying it have been billed;
-            # until then (up to 24 h) activation fails and `pulumi up` must be re-run (shared/facts/aws.md).
-            depends_on.append(aws.costexplorer.CostAllocationTag(
-                f"{name}-cost-tag", tag_key=NAME_TAG, status="Active", opts=child))
-
+        # The cost-allocation tag the filter needs is activated once per account, outside every
+        # cluster stack (components/aws/notes.py says how): the provider's CostAllocationTag fails until
+        # billing has seen the key, and its delete deactivates the key for every cluster of the account
+        # (terraform-provider-aws internal/service/ce/cost_allocation_tag.go).
         notify = dict(subscriber_email_addresses=list(args.emails), subscriber_sns_topic_arns=[topic.arn])
         notifications = [
             aws.budgets.BudgetNotificationArgs(
@@ -119,7 +115,7 @@ class Budget(pulumi.ComponentResource):
                                                            values=[cost_filter_value(args.cluster_name)])],
             notifications=notifications,
             tags=tagged(args.tags, budget_name),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on),
+            opts=child,
         )
         self.budget_name = budget.name
         self.topic_arn = topic.arn

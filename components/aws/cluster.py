@@ -12,7 +12,8 @@ import pulumi
 import pulumi_aws as aws
 
 from components.aws import monitoring as monitoring_module
-from components.aws.backup import BACKUP_TAG, Backup, BackupArgs, fsx_backup_retention
+from components.aws.backup import BACKUP_TAG, Backup, BackupArgs
+from components.aws.notes import fsx_backup_days
 from components.aws.budget import Budget, BudgetArgs
 from components.aws.compute import Compute, ComputeArgs
 from components.aws.monitoring import Monitoring, MonitoringArgs
@@ -39,15 +40,10 @@ class ClusterComponent(pulumi.ComponentResource):
             existing_subnet_id=spec.network.existing_subnet_id, tags=tags), child)
 
         backup_tags = {BACKUP_TAG: name}
-        retention_days, retention_note = fsx_backup_retention(spec.snapshots.retain)
-        lustre = spec.storage.lustre
-        if lustre is not None and retention_note:
-            pulumi.log.warn(retention_note)
         storage = Storage(f"{name}-storage", StorageArgs(
             zone=spec.zone, vpc_id=network.vpc_id, subnet_id=network.subnet_id,
-            node_security_group_id=network.security_group_id, lustre=lustre,
-            fsx_backup_retention_days=retention_days if lustre is not None else 0,
-            backup_retention_note=retention_note if lustre is not None else "",
+            node_security_group_id=network.security_group_id, lustre=spec.storage.lustre,
+            fsx_backup_retention_days=fsx_backup_days(spec),
             checkpoint_bucket=spec.storage.checkpoint_bucket, data_disk_gb=spec.storage.data_disk_gb,
             nodes=spec.nodes, backup_tags=backup_tags, tags=tags), child)
 

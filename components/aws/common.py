@@ -8,7 +8,7 @@ from typing import Any, Mapping
 import pulumi
 
 
-def tagged(tags: Mapping[str, str], name: str, **extra: str) -> dict[str, str]:
+def tagged(tags: Mapping[str, str], name: str, **extra: pulumi.Input[str]) -> dict[str, pulumi.Input[str]]:
     """The cluster's standard tags plus `Name` (and any extra tags), for one taggable resource."""
     return {**tags, "Name": name, **extra}
 

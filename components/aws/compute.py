@@ -21,18 +21,18 @@ import pulumi_aws as aws
 
 from components.aws.common import assume_role_policy, aws_managed_policy, policy_output, tagged
 from components.catalog import Shape
-from components.cloudinit import BootConfig, LustreMount, render
+from components.aws.boot import DATA_VOLUME_TAG, boot_config
+from components.cloudinit import render
 from components.spec import node_is_spot
 
 # The Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04), published as an SSM public
-# parameter (shared/facts/aws.md "DLAMI ids"; docs.aws.amazon.com/dlami/latest/devguide/find-dlami-id.html).
-# It ships the NVIDIA driver, EFA, aws-ofi-nccl, the CloudWatch agent and the Lustre client.
+# parameter (docs.aws.amazon.com/dlami/latest/devguide/find-dlami-id.html). It ships the NVIDIA driver,
+# EFA, aws-ofi-nccl and DCGM; components/aws/boot.py installs what it lacks.
 DLAMI_PARAMETER = "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
-NVME_MODEL = "Amazon EC2 NVMe Instance Storage"
-EBS_MODEL = "Amazon Elastic Block Store"
-CLOUDWATCH_AGENT_CTL = "/opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl"
 DATA_DEVICE = "/dev/sdf"
 SCRATCH_DEVICE = "/dev/sdg"
+"""Block-device mapping names. On Nitro instances the OS sees NVMe devices instead
+(/dev/nvme<N>n1, in no fixed order); the boot scripts find the disks by serial and model."""
 
 Market = Literal["on_demand", "spot"]
 
@@ -50,16 +50,16 @@ class NetworkInterface:
 def network_interfaces(efa_interfaces: int) -> list[NetworkInterface]:
     """The interface layout for a shape with `efa_interfaces` EFA cards (0: one plain ENA interface).
 
-    Follows AWS "Maximize network bandwidth on instances with multiple network cards"
-    (efa-acc-inst-types; shared/facts/aws.md "EFA layout"): the primary interface (card 0, device 0)
-    may be ENA or `efa` but never `efa-only`, and every further network card carries an `efa-only`
-    interface at device 0. We make the primary `efa` (EFA with ENA: the node's one IP interface) so
-    every card — 32 on p5/p5e, 16 on p5en, 4 on p4d — has exactly one EFA device.
+    One `efa` interface (EFA with ENA) at device index 0 of every network card 0..n-1: the layout
+    AWS ParallelCluster and AWS's own p5 examples launch (aws-samples/awsome-distributed-training
+    1.architectures/3.aws-batch/0.aws-batch-distributed-training-p5.yaml) and the only EFA interface
+    type the provider's launch-template schema validates (gpu_cluster/contracts/aws.yaml,
+    networkInterfaces.interfaceType). Each card carries one EFA device, so NCCL sees all of them
+    (32 on p5/p5e, 16 on p5en, 4 on p4d).
     """
     if efa_interfaces <= 0:
         return [NetworkInterface(network_card_index=0, device_index=0, interface_type=None)]
-    return [NetworkInterface(network_card_index=card, device_index=0,
-                             interface_type="efa" if card == 0 else "efa-only")
+    return [NetworkInterface(network_card_index=card, device_index=0, interface_type="efa")
             for card in range(efa_interfaces)]
 
 
@@ -71,21 +71,6 @@ def wants_placement_group(nodes: int, tier: str) -> bool:
 def market(purchase: str, index: int) -> Market:
     """How node `index` is bought: on_demand, spot, or mixed (node 0 on-demand, the rest spot)."""
     return "spot" if node_is_spot(purchase, index) else "on_demand"
-
-
-def boot_config(shape: Shape, scratch: str, cloudwatch_parameter: str, lustre_source: Optional[str],
-                data_disk_gb: int) -> BootConfig:
-    """What every node does at boot: RAID0 scratch, /lustre, /data, then the GPU metrics agent."""
-    return BootConfig(
-        nvme_devices=shape.nvme_count,
-        nvme_model=NVME_MODEL,
-        scratch=scratch,
-        scratch_disk=SCRATCH_DEVICE if scratch == "disk" else None,
-        lustre=LustreMount(source=lustre_source) if lustre_source else None,
-        data_disk_gb=data_disk_gb,
-        data_disk_model=EBS_MODEL,
-        commands=((CLOUDWATCH_AGENT_CTL, "-a", "fetch-config", "-m", "ec2", "-s", "-c", f"ssm:{cloudwatch_parameter}"),),
-    )
 
 
 @dataclass(frozen=True)
@@ -149,7 +134,10 @@ class Compute(pulumi.ComponentResource):
             self.placement_group = group.name
 
         image = (pulumi.Output.from_input(args.image_id) if args.image_id
-                 else aws.ssm.get_parameter_output(name=DLAMI_PARAMETER, opts=pulumi.InvokeOptions(parent=self)).value)
+                 else aws.ssm.get_parameter_output(name=DLAMI_PARAMETER,
+                                                   opts=pulumi.InvokeOptions(parent=self)).insecure_value)
+        # insecure_value: an AMI id is no secret (`value` is marked sensitive by the provider, which
+        # would show the image as [secret] in previews and reviews).
         # The root device's name differs between images (Ubuntu /dev/sda1, Amazon Linux /dev/xvda).
         root_device = aws.ec2.get_ami_output(
             filters=[aws.ec2.GetAmiFilterArgs(name="image-id", values=[image])],
@@ -164,8 +152,10 @@ class Compute(pulumi.ComponentResource):
             update_default_version=True,
             iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(arn=profile.arn),
             # IMDSv2 only (CKV_AWS_79, FSBP EC2.8); hop limit 2 lets containers on the node reach it.
+            # Instance tags in the metadata: a node reads its data volume id from them (boot.py).
             metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
-                http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=2),
+                http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=2,
+                instance_metadata_tags="enabled"),
             block_device_mappings=self._block_devices(args, root_device),
             network_interfaces=[
                 aws.ec2.LaunchTemplateNetworkInterfaceArgs(
@@ -197,7 +187,8 @@ class Compute(pulumi.ComponentResource):
 
         self.node_ids = []
         for i in range(args.nodes):
-            node = self._node(name, i, args, template)
+            volume = args.data_volume_ids[i] if i < len(args.data_volume_ids) else None
+            node = self._node(name, i, args, template, volume)
             self.node_ids.append(node.id)
             if i < len(args.data_volume_ids):
                 aws.ec2.VolumeAttachment(
@@ -254,7 +245,8 @@ class Compute(pulumi.ComponentResource):
         """cloud-init as data, base64 for the launch template. Only rendering happens inside apply()
         (no resources are created there, so previews stay complete)."""
         def encode(lustre_source: Optional[str]) -> str:
-            boot = boot_config(args.shape, args.scratch, cloudwatch_parameter, lustre_source, args.data_disk_gb)
+            boot = boot_config(args.shape, args.scratch, cloudwatch_parameter, lustre_source,
+                               data_disk=bool(args.data_volume_ids), image_scratch=args.image_id is None)
             return base64.b64encode(render(boot).encode()).decode()
 
         if args.lustre_dns_name is None or args.lustre_mount_name is None:
@@ -262,13 +254,14 @@ class Compute(pulumi.ComponentResource):
         return pulumi.Output.all(args.lustre_dns_name, args.lustre_mount_name).apply(
             lambda fs: encode(f"{fs[0]}@tcp:/{fs[1]}"))
 
-    def _node(self, name: str, index: int, args: ComputeArgs, template: aws.ec2.LaunchTemplate) -> aws.ec2.Instance:
+    def _node(self, name: str, index: int, args: ComputeArgs, template: aws.ec2.LaunchTemplate,
+              data_volume: Optional[pulumi.Input[str]]) -> aws.ec2.Instance:
         node_name = f"{name}-node-{index}"
         how = market(args.purchase, index)
         spot = None
         if how == "spot":
             # Spot instances that stop or hibernate on interruption cannot be in a cluster placement
-            # group; terminate can (shared/facts/aws.md "Placement groups and spot").
+            # group; terminate can (EC2 user guide, "Placement groups": rules and limitations).
             spot = aws.ec2.InstanceInstanceMarketOptionsArgs(
                 market_type="spot",
                 spot_options=aws.ec2.InstanceInstanceMarketOptionsSpotOptionsArgs(
@@ -293,9 +286,12 @@ class Compute(pulumi.ComponentResource):
             # Spot nodes are reclaimed whatever the flag says; EC2 refuses termination protection on them.
             disable_api_termination=args.termination_protection and how == "on_demand",
             metadata_options=aws.ec2.InstanceMetadataOptionsArgs(
-                http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=2),
+                http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=2,
+                instance_metadata_tags="enabled"),
             root_block_device=aws.ec2.InstanceRootBlockDeviceArgs(
                 volume_size=args.root_gb, volume_type="gp3", encrypted=True, delete_on_termination=True),
-            tags=tagged(args.tags, node_name, **{"gpu-cluster:node": str(index), "gpu-cluster:market": how}),
+            # The data volume's id as a tag, which the boot config reads from the instance metadata.
+            tags=tagged(args.tags, node_name, **{"gpu-cluster:node": str(index), "gpu-cluster:market": how},
+                        **({DATA_VOLUME_TAG: data_volume} if data_volume is not None else {})),
             opts=pulumi.ResourceOptions(parent=self, ignore_changes=["launchTemplate"]),
         )

@@ -1,8 +1,8 @@
-"""Monitoring role on AWS (DESIGN §4): per-node CloudWatch alarms to the alert topic — GPUs idle (money
+"""Monitoring role on AWS (docs/architecture.md): per-node CloudWatch alarms to the alert topic — GPUs idle (money
 burning), GPUs too hot, and the EC2 status check.
 
 The GPU metrics come from the CloudWatch agent's `nvidia_gpu` section (namespace CWAgent, metric names
-`nvidia_smi_<measurement>`; shared/facts/aws.md "CloudWatch agent"). The agent publishes every GPU
+`nvidia_smi_<measurement>`; CloudWatch user guide, "Collect NVIDIA GPU metrics"). The agent publishes every GPU
 with dimensions index/name/arch/host; `agent_config` adds `append_dimensions: InstanceId` and
 `aggregation_dimensions: [["InstanceId"]]`, so the agent also publishes one series per node with the
 single dimension InstanceId, aggregated over its GPUs. The alarms watch that series: one alarm per node
@@ -77,11 +77,17 @@ class Monitoring(pulumi.ComponentResource):
 
         for i, node_id in enumerate(args.node_ids):
             node = {"InstanceId": node_id}
+            # No data at all is not "fine": with treat_missing_data=missing the alarm goes to
+            # INSUFFICIENT_DATA when the agent sends nothing (not installed, stopped, no nvidia-smi), and
+            # that state notifies too (CloudWatch user guide, "Configuring how CloudWatch alarms treat
+            # missing data").
             alarm(f"{name}-node-{i}-gpu-idle",
-                  alarm_description=f"GPUs of {name} node {i} below {IDLE_BELOW_PCT} % for 2 h: paid but idle",
+                  alarm_description=f"GPUs of {name} node {i} below {IDLE_BELOW_PCT} % for 2 h: paid but idle "
+                                    f"(INSUFFICIENT_DATA: the node sends no GPU metrics — check the CloudWatch agent)",
                   namespace=NAMESPACE, metric_name=GPU_UTILISATION, dimensions=node, statistic="Average",
                   period=IDLE_PERIOD_S, evaluation_periods=IDLE_PERIODS, threshold=IDLE_BELOW_PCT,
-                  comparison_operator="LessThanThreshold", treat_missing_data="notBreaching")
+                  comparison_operator="LessThanThreshold", treat_missing_data="missing",
+                  insufficient_data_actions=actions)
             alarm(f"{name}-node-{i}-gpu-hot",
                   alarm_description=f"A GPU of {name} node {i} above {HOT_ABOVE_C} °C for 10 min",
                   namespace=NAMESPACE, metric_name=GPU_TEMPERATURE, dimensions=node, statistic="Maximum",

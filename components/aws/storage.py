@@ -17,8 +17,9 @@ import pulumi_aws as aws
 from components.aws.common import policy_output, tagged
 from components.spec import Lustre
 
-# Lustre network traffic: LNet on 988, plus the privileged ports the servers talk from
-# (shared/facts/aws.md "FSx"; FSx LustreGuide "cannot-create-fs" / "limit-access-security-groups").
+# Lustre network traffic: LNet on 988, plus the privileged ports the servers talk from (FSx for
+# Lustre user guide, "File system access control with Amazon VPC":
+# docs.aws.amazon.com/fsx/latest/LustreGuide/limit-access-security-groups.html).
 LUSTRE_PORTS: tuple[tuple[int, int], ...] = ((988, 988), (1018, 1023))
 DATA_VOLUME_TYPE = "gp3"
 
@@ -36,9 +37,8 @@ class StorageArgs:
     lustre: Optional[Lustre] = None
     """Capacity, throughput and optional import path; None (default): no file system."""
     fsx_backup_retention_days: int = 0
-    """Daily automatic FSx backups kept this many days (already capped to the service maximum)."""
-    backup_retention_note: str = ""
-    """Why the retention differs from what was asked, when it was capped; empty when not."""
+    """Daily automatic FSx backups kept this many days (capped, 0 for a file system linked to S3:
+    components/aws/notes.py `fsx_backup_days`)."""
     checkpoint_bucket: bool = True
     """Create the private, versioned, encrypted checkpoint bucket (default True)."""
     data_disk_gb: int = 0
@@ -58,7 +58,6 @@ class Storage(pulumi.ComponentResource):
     bucket_name: Optional[pulumi.Output[str]]
     bucket_arn: Optional[pulumi.Output[str]]
     data_volume_ids: list[pulumi.Output[str]]
-    backup_retention_note: str
 
     def __init__(self, name: str, args: StorageArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("gpu-cluster:aws:Storage", name, None, opts)
@@ -66,7 +65,6 @@ class Storage(pulumi.ComponentResource):
         keep = pulumi.ResourceOptions(parent=self, protect=True)
         self.fsx_id = self.fsx_dns_name = self.fsx_mount_name = None
         self.bucket_name = self.bucket_arn = None
-        self.backup_retention_note = args.backup_retention_note
 
         if args.lustre is not None:
             self._lustre(name, args, child, keep)
@@ -89,7 +87,6 @@ class Storage(pulumi.ComponentResource):
             "bucket_name": self.bucket_name,
             "bucket_arn": self.bucket_arn,
             "data_volume_ids": self.data_volume_ids,
-            "backup_retention_note": self.backup_retention_note,
         })
 
     def _lustre(self, name: str, args: StorageArgs, child: pulumi.ResourceOptions,
@@ -100,6 +97,7 @@ class Storage(pulumi.ComponentResource):
             sg_name, vpc_id=args.vpc_id,
             description=f"FSx for Lustre of {name}: LNet ports from the GPU nodes and the file servers",
             tags=tagged(args.tags, sg_name), opts=child)
+        rules: list[pulumi.Resource] = []
         peers = {"self": sg.id, "nodes": args.node_security_group_id}
         for peer, peer_id in peers.items():
             for low, high in LUSTRE_PORTS:
@@ -107,20 +105,21 @@ class Storage(pulumi.ComponentResource):
                 for direction, rule_type in (("in", aws.vpc.SecurityGroupIngressRule),
                                              ("out", aws.vpc.SecurityGroupEgressRule)):
                     rule = f"{name}-lustre-{direction}-{peer}-{ports}"
-                    rule_type(rule, security_group_id=sg.id, referenced_security_group_id=peer_id,
-                              ip_protocol="tcp", from_port=low, to_port=high,
-                              description=f"Lustre {ports} {'from' if direction == 'in' else 'to'} {peer}",
-                              tags=tagged(args.tags, rule), opts=child)
+                    rules.append(rule_type(
+                        rule, security_group_id=sg.id, referenced_security_group_id=peer_id,
+                        ip_protocol="tcp", from_port=low, to_port=high,
+                        description=f"Lustre {ports} {'from' if direction == 'in' else 'to'} {peer}",
+                        tags=tagged(args.tags, rule), opts=child))
         # The client side too: AWS lists inbound 988 and 1018-1023 from the file system's group on
         # the Lustre clients' security group (LustreGuide "limit-access-security-groups", client
         # rules), since the servers open connections back to the clients. Scoped to the FSx group.
         for low, high in LUSTRE_PORTS:
             ports = f"{low}" if low == high else f"{low}-{high}"
             rule = f"{name}-lustre-client-in-{ports}"
-            aws.vpc.SecurityGroupIngressRule(
+            rules.append(aws.vpc.SecurityGroupIngressRule(
                 rule, security_group_id=args.node_security_group_id, referenced_security_group_id=sg.id,
                 ip_protocol="tcp", from_port=low, to_port=high, description=f"Lustre {ports} from the file system",
-                tags=tagged(args.tags, rule), opts=child)
+                tags=tagged(args.tags, rule), opts=child))
 
         fs_name = f"{name}-lustre"
         # Encryption at rest is always on for FSx for Lustre persistent file systems (AWS-managed key
@@ -131,7 +130,7 @@ class Storage(pulumi.ComponentResource):
             storage_type="SSD",
             storage_capacity=lustre.capacity_gib,
             per_unit_storage_throughput=lustre.throughput_per_tib,
-            subnet_ids=args.subnet_id,  # pulumi-aws 7: one subnet id, a string (shared/facts/aws.md)
+            subnet_ids=args.subnet_id,  # pulumi-aws 7: one subnet id, a string (gpu_cluster/contracts/aws.yaml)
             security_group_ids=[sg.id],
             file_system_type_version="2.15",
             data_compression_type="LZ4",
@@ -141,13 +140,17 @@ class Storage(pulumi.ComponentResource):
             daily_automatic_backup_start_time="03:00" if args.fsx_backup_retention_days else None,
             copy_tags_to_backups=True,
             tags=tagged(args.tags, fs_name),
-            opts=keep,
+            # After every rule it needs: CreateFileSystem checks the groups and fails with
+            # InvalidNetworkSettings ("do not permit Lustre LNET network traffic on port 988") when a
+            # rule lands after it (aws/aws-parallelcluster issue 6181, fixed by the same dependency).
+            opts=pulumi.ResourceOptions.merge(keep, pulumi.ResourceOptions(depends_on=rules)),
         )
         self.fsx_id, self.fsx_dns_name, self.fsx_mount_name = fs.id, fs.dns_name, fs.mount_name
 
         if lustre.import_path:
-            # PERSISTENT_2 links S3 through data repository associations, not import_path
-            # (shared/facts/aws.md "FSx"). The repository appears under /lustre/datasets.
+            # PERSISTENT_2 links S3 through data repository associations, not import_path (FSx for
+            # Lustre user guide, "Linking your file system to an Amazon S3 bucket"). The repository
+            # appears under /lustre/datasets.
             repo = lustre.import_path if lustre.import_path.endswith("/") else lustre.import_path + "/"
             aws.fsx.DataRepositoryAssociation(
                 f"{name}-lustre-s3", file_system_id=fs.id, file_system_path="/datasets",

@@ -1,51 +1,94 @@
-"""What a Tencent node does at boot, expressed through the shared cloud-init builder.
+"""What a Tencent Cloud GPU node does at boot, expressed through the shared cloud-init builder.
 
-Only the Tencent-specific parts live here (scratch disk device, Turbo mount source, GPU driver
-installer); the RAID0 script, mounts and document layout come from `components/cloudinit.py`.
+Only what Tencent decides lives here: the CFS Turbo client, the GPU driver installer, the NVSwitch
+fabric manager, and the data disk's serial (its CBS disk id). The disk scripts, mounts and document
+layout come from `components/cloudinit.py`.
 """
 
 from __future__ import annotations
 
+import shlex
 from typing import Optional
 
-from components.cloudinit import BootConfig, LustreMount, render
+from components.catalog import Shape
+from components.cloudinit import BootConfig, DataDisk, LustreMount, Step, bash_script, render
 
-SCRATCH_DISK_DEVICE = "/dev/vdb"
-"""The first data disk declared on a CVM (virtio); the persistent CBS disk is attached later and
-comes after it. Unconfirmed for bare-metal HCC hosts, which never get a scratch disk here."""
+# CFS Turbo is mounted with Tencent's Turbo client, which `cfs_turbo_client_setup` installs for the
+# running kernel and refuses on a kernel it does not support (CFS documentation, "Using CFS Turbo on
+# Linux clients": intl.cloud.tencent.com/document/product/582/40298; its compatibility list names
+# TencentOS Server 3.1 (TK4), the default image here).
+TURBO_CLIENT_URL = "https://cfsturbo-client-1251013638.cos.ap-guangzhou.myqcloud.com/tools/cfs_turbo_client_setup"
+TURBO_CLIENT_SH = bash_script("gpu-cluster-lustre-client", "Install Tencent's CFS Turbo (Lustre) client for the running kernel", r"""
+if modprobe -n lustre 2>/dev/null; then modprobe lustre; exit 0; fi
+work=$(mktemp -d)
+curl -fsSL --retry 5 -o "$work/cfs_turbo_client_setup" {url} || fail "could not download the CFS Turbo client installer"
+chmod 0755 "$work/cfs_turbo_client_setup"
+"$work/cfs_turbo_client_setup" || fail "the CFS Turbo client does not support kernel $(uname -r); /lustre cannot be mounted"
+modprobe lustre || fail "the lustre module does not load after the Turbo client install"
+rm -rf "$work"
+""".replace("{url}", shlex.quote(TURBO_CLIENT_URL)))
 
-# Tencent's "install GPU driver automatically" is a user-data script: write the versions to
-# /tmp/user_define_install_info.ini and run auto_install.sh from Tencent's in-VPC mirror; it takes
-# 10-25 minutes after boot (cloud.tencent.com/document/product/560/112129, facts/tencentcloud.md
-# "Images and drivers"; partly confirmed). The versions are ours: a driver/CUDA pair that supports
-# T4, A10, A100 and H20.
+# Tencent's "install the GPU driver automatically" is a script its console passes as user data: the
+# versions go to /tmp/user_define_install_info.ini, then auto_install.sh runs from Tencent's in-VPC
+# mirror and takes 15-25 minutes (GPU documentation, cloud.tencent.com/document/product/560/112129:
+# partly confirmed — the file keys are taken from that document as cited by others; see the plan
+# notes). The versions are ours: a driver/CUDA pair that supports T4, A10, A100 and H20.
 DRIVER_INSTALL_INFO = "/tmp/user_define_install_info.ini"
 DRIVER_INSTALLER_URL = "https://mirrors.tencentyun.com/install/GPU/auto_install.sh"
 DRIVER_VERSIONS = {"DRIVER_VERSION": "535.161.07", "CUDA_VERSION": "12.4.0", "CUDNN_VERSION": "8.9.7"}
 
+_DRIVER_SH = r"""
+if command -v nvidia-smi > /dev/null && nvidia-smi > /dev/null 2>&1; then exit 0; fi
+cat > {info} <<'EOF'
+{versions}EOF
+curl -fsSL --retry 5 -o /tmp/auto_install.sh {url} || fail "could not download Tencent's GPU driver installer"
+bash /tmp/auto_install.sh > /var/log/gpu-driver-install.log 2>&1 || fail "the GPU driver install failed; see /var/log/gpu-driver-install.log"
+nvidia-smi > /dev/null || fail "nvidia-smi does not work after the driver install"
+"""
 
-def driver_install() -> tuple[tuple[dict, ...], tuple[tuple[str, ...], ...]]:
-    """(write_files entries, commands) that install the NVIDIA driver, CUDA and cuDNN at first boot."""
-    info = "".join(f"{k}={v}\n" for k, v in DRIVER_VERSIONS.items())
-    files = ({"path": DRIVER_INSTALL_INFO, "permissions": "0644", "owner": "root:root", "content": info},)
-    commands = (("bash", "-c", f"curl -fsSL --retry 5 {DRIVER_INSTALLER_URL} -o /tmp/auto_install.sh "
-                               f"&& bash /tmp/auto_install.sh > /var/log/gpu-driver-install.log 2>&1"),)
-    return files, commands
+# NVSwitch GPU shapes need nvidia-fabricmanager of exactly the driver's version, "otherwise GPU
+# instances cannot be used properly" (Tencent documentation, "Installing nvidia-fabricmanager on GPU
+# instances"); on a RHEL-compatible image (TencentOS Server 3.1) it comes from NVIDIA's CUDA
+# repository for RHEL 8 (NVIDIA Fabric Manager user guide, "Installation").
+_FABRIC_MANAGER_SH = bash_script("gpu-cluster-fabric-manager", "Install and start nvidia-fabricmanager matching the driver", r"""
+driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -n 1) || fail "no NVIDIA driver"
+if ! systemctl list-unit-files nvidia-fabricmanager.service > /dev/null 2>&1; then
+  if command -v dnf > /dev/null; then
+    dnf config-manager --add-repo https://developer.download.nvidia.com/compute/cuda/repos/rhel8/x86_64/cuda-rhel8.repo
+    dnf install -y "nvidia-fabric-manager-$driver-1" || fail "no nvidia-fabric-manager $driver in NVIDIA's repository"
+  else
+    apt-get update -q
+    DEBIAN_FRONTEND=noninteractive apt-get install -y "nvidia-fabricmanager-${driver%%.*}=$driver-*" \
+      || fail "no nvidia-fabricmanager $driver in the package repositories"
+  fi
+fi
+systemctl enable --now nvidia-fabricmanager.service || fail "nvidia-fabricmanager does not start"
+""")
 
 
-def user_data(*, nvme_devices: int, scratch: str, lustre_source: Optional[str], install_driver: bool,
-              data_disk_gb: int = 0) -> str:
-    """The #cloud-config document of a node."""
-    files, commands = driver_install() if install_driver else ((), ())
+def driver_step() -> Step:
+    versions = "".join(f"{k}={v}\n" for k, v in DRIVER_VERSIONS.items())
+    return Step("gpu-cluster-gpu-driver", bash_script(
+        "gpu-cluster-gpu-driver", "Install the NVIDIA driver, CUDA and cuDNN with Tencent's installer",
+        _DRIVER_SH.replace("{info}", DRIVER_INSTALL_INFO).replace("{versions}", versions)
+        .replace("{url}", shlex.quote(DRIVER_INSTALLER_URL))))
+
+
+def user_data(*, shape: Shape, scratch: str, lustre_source: Optional[str], install_driver: bool,
+              data_disk_id: Optional[str] = None) -> str:
+    """The #cloud-config document of one node (its data disk is known by id)."""
+    steps = []
+    if install_driver:
+        steps.append(driver_step())
+        if shape.interconnect == "nvswitch":
+            steps.append(Step("gpu-cluster-fabric-manager", _FABRIC_MANAGER_SH))
     return render(BootConfig(
-        nvme_devices=nvme_devices,
-        nvme_model=None,  # Tencent publishes no model string for HCC local NVMe: take blank NVMe disks
+        nvme_devices=shape.nvme_count,
+        nvme_model=None,  # Tencent publishes no model string for local NVMe: blank, unmounted NVMe disks
         scratch=scratch,
-        scratch_disk=SCRATCH_DISK_DEVICE if scratch == "disk" else None,
-        lustre=LustreMount(source=lustre_source) if lustre_source else None,
-        # CBS disks are virtio and carry no model string; the scratch disk may have the same size.
-        data_disk_gb=data_disk_gb,
-        data_disk_exclude=(SCRATCH_DISK_DEVICE,) if scratch == "disk" else (),
-        files=files,
-        commands=commands,
+        lustre=LustreMount(source=lustre_source, client_script=TURBO_CLIENT_SH) if lustre_source else None,
+        # A CBS disk's serial is its disk id: /dev/disk/by-id/virtio-<disk id> (Cloud Block Storage
+        # documentation, "Initializing Cloud Disks": intl.cloud.tencent.com/document/product/362/6734).
+        data_disk=DataDisk(serial=data_disk_id) if data_disk_id else None,
+        steps=tuple(steps),
     ))

@@ -1,10 +1,10 @@
 """Spend control on Tencent Cloud: a monthly billing budget and the alarm notice for the cluster.
 
 Who hears about it: Tencent delivers budget reminders and Cloud Monitor alarms to CAM users (via
-the e-mail bound to each user), never to raw e-mail addresses (facts/tencentcloud.md, "Alarms";
-`monitor.AlarmNotice.user_notices.user_ids`; `billing.Budget` has no receiver field at all). So
-the notice goes to the CAM identity that deploys the stack, and the spec's e-mail addresses are
-written into the budget note so the owner can bind them to CAM users — nothing is invented.
+the e-mail bound to each user), never to raw e-mail addresses (`monitor.AlarmNotice.user_notices.
+user_ids` are CAM user UIDs; `billing.Budget` has no receiver field at all: budget reminders go to the
+account's message-center subscribers). So the alarm notice goes to the CAM users that carry the
+spec's e-mail addresses, looked up at deploy time, and the addresses are written into the budget note.
 """
 
 from __future__ import annotations
@@ -33,6 +33,17 @@ def warn_jsons(thresholds_pct: tuple[int, ...]) -> list[dict]:
     not FORECASTED), all as percentages of the quota."""
     actual = [{"warn_type": "ACTUAL", "cal_type": "PERCENTAGE", "threshold_value": str(t)} for t in thresholds_pct]
     return actual + [{"warn_type": "FORECAST", "cal_type": "PERCENTAGE", "threshold_value": str(FORECAST_PCT)}]
+
+
+def cam_uid(users: list, email: str) -> int:
+    """The UID of the CAM user whose e-mail is `email` (tencentcloud.cam.get_users filters the account's
+    sub-users by exact e-mail: data_source_tc_cam_users.go), or a sentence when none has it."""
+    uids = [u.uid for u in users or [] if u.uid]
+    if not uids:
+        raise pulumi.RunError(
+            f"budget.emails: no CAM user of this account has the e-mail {email}; Tencent Cloud sends alarms only to "
+            f"CAM users — create one with that address (CAM console → Users) or remove it from budget.emails")
+    return int(uids[0])
 
 
 @dataclass(frozen=True)
@@ -77,7 +88,12 @@ class Budget(pulumi.ComponentResource):
                         f"(bind these addresses to CAM users to receive reminders)",
             opts=child,
         )
-        me = tencentcloud.user.get_info_output(opts=pulumi.InvokeOutputOptions(parent=self))
+        # Alarm notices go to CAM users by UID, not by e-mail and not by UIN (provider doc
+        # monitor_alarm_notice v1.82.42: "User UID List"): each address of budget.emails is looked up
+        # among the account's CAM users, and an address no user carries stops `pulumi up` with a
+        # sentence instead of creating a notice that reaches nobody.
+        uids = [tencentcloud.cam.get_users_output(email=email, opts=pulumi.InvokeOutputOptions(parent=self))
+                .user_lists.apply(lambda users, email=email: cam_uid(users, email)) for email in args.emails]
         notice = tencentcloud.monitor.AlarmNotice(
             f"{prefix}-notice",
             name=prefix,
@@ -86,7 +102,7 @@ class Budget(pulumi.ComponentResource):
             user_notices=[{
                 "receiver_type": "USER",
                 "notice_ways": ["EMAIL"],
-                "user_ids": [me.uin.apply(int)],
+                "user_ids": uids,
                 "start_time": 0,
                 "end_time": 86399,
             }],

@@ -22,9 +22,20 @@ from components.tencentcloud.monitoring import Monitoring, MonitoringArgs
 from components.tencentcloud.network import Network, NetworkArgs
 from components.tencentcloud.storage import Storage, StorageArgs, TurboArgs
 
-PUBLIC_IMAGE_OS = "Ubuntu Server 22.04 LTS 64bit"
-"""Default image: Tencent's public Ubuntu 22.04 compatible with the shape; it carries no GPU driver,
-so the boot config installs one (components/tencentcloud/boot.py)."""
+PUBLIC_IMAGE_OS = "TencentOS Server 3.1 (TK4)"
+"""Default image: the newest public TencentOS Server 3.1 (TK4) image compatible with the shape. It is
+on the CFS Turbo client's compatibility list (CFS documentation, "Using CFS Turbo on Linux clients";
+Ubuntu 22.04 is not), and Tencent's HCC guides use it for RDMA shapes, whose RDMA drivers the public
+images carry. It has no GPU driver: the boot config installs one (components/tencentcloud/boot.py)."""
+
+
+def first_image(images: list, instance_type: str) -> str:
+    """The id of the newest image the lookup found (the provider sorts them newest first and returns
+    them only in `images`: data_source_tc_images.go), or a sentence when there is none."""
+    if not images:
+        raise pulumi.RunError(f"no public image with os_name containing {PUBLIC_IMAGE_OS!r} is compatible with "
+                              f"{instance_type} in this region; set cluster.image_id to an image that is")
+    return images[0].image_id
 
 
 class ClusterComponent(pulumi.ComponentResource):
@@ -40,7 +51,7 @@ class ClusterComponent(pulumi.ComponentResource):
         network = Network(f"{name}-network", NetworkArgs(
             cluster_name=name, zone=spec.zone, cidr=spec.network.cidr, tags=tags,
             ssh_cidrs=spec.network.ssh_cidrs, existing_subnet_id=spec.network.existing_subnet_id,
-            lustre_cidr=lustre_cidr), opts=child)
+            egress_mbps=spec.network.egress_mbps, lustre_cidr=lustre_cidr), opts=child)
 
         storage = Storage(f"{name}-storage", StorageArgs(
             cluster_name=name, region=cluster.region, zone=spec.zone, vpc_id=network.vpc_id,
@@ -52,15 +63,20 @@ class ClusterComponent(pulumi.ComponentResource):
         install_driver = spec.image_id is None
         image_id = spec.image_id or tencentcloud.images.get_instance_output(
             image_types=["PUBLIC_IMAGE"], os_name=PUBLIC_IMAGE_OS, instance_type=shape.type,
-            opts=pulumi.InvokeOutputOptions(parent=self)).image_id
-        user_data = pulumi.Output.from_input(storage.mount_target).apply(lambda source: boot.user_data(
-            nvme_devices=shape.nvme_count, scratch=spec.storage.scratch, lustre_source=source,
-            install_driver=install_driver, data_disk_gb=spec.storage.data_disk_gb))
+            opts=pulumi.InvokeOutputOptions(parent=self)).images.apply(lambda found: first_image(found, shape.type))
+        # One document per node: each names its own data disk by id. Only rendering happens in apply().
+        user_data = []
+        for i in range(spec.nodes):
+            disk = storage.data_disk_ids[i] if i < len(storage.data_disk_ids) else None
+            user_data.append(pulumi.Output.all(storage.mount_target, disk).apply(lambda v: boot.user_data(
+                shape=shape, scratch=spec.storage.scratch, lustre_source=v[0], install_driver=install_driver,
+                data_disk_id=v[1])))
 
         compute = Compute(f"{name}-compute", ComputeArgs(
             cluster_name=name, zone=spec.zone, instance_type=shape.type, nodes=spec.nodes, purchase=spec.purchase,
             vpc_id=network.vpc_id, subnet_id=network.subnet_id, security_group_id=network.security_group_id,
             image_id=image_id, user_data=user_data, root_gb=spec.storage.root_gb, tags=tags, hpc=shape.hpc,
+            family=shape.family,
             critical=spec.criticality == "critical", spot_max_price=spot_max_price(shape.price_hourly),
             scratch_disk_gb=SCRATCH_DISK_GB if spec.storage.scratch == "disk" else 0,
             data_disk_ids=storage.data_disk_ids), opts=child)

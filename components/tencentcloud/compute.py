@@ -25,16 +25,37 @@ SCRATCH_DISK_GB = 1000
 field for it)."""
 SPOT_PRICE_CEILING = "1000.00"
 """spot_max_price when the catalog has no on-demand price (all Tencent GPU shapes today). SPOTPAID
-instances are billed at the market price, not at the maximum (facts/tencentcloud.md, "Spot"), so a
-ceiling far above any GPU shape's hourly price means "pay the market price, never be outbid"."""
+instances are billed at the market price, not at the maximum (CVM documentation, "Spot instances":
+intl.cloud.tencent.com/document/product/213/17816), so a ceiling far above any GPU shape's hourly
+price means "pay the market price, never be outbid"."""
+
+SYSTEM_DISK_PREFERENCE = ("CLOUD_HSSD", "CLOUD_BSSD", "CLOUD_SSD", "CLOUD_PREMIUM")
+"""Cloud system disks in order of preference (fastest first). Which ones a shape takes in a zone is
+asked at deploy time (`system_disk_type`); a cloud disk also keeps the node eligible for "no charges
+when shut down" (CVM documentation, intl.cloud.tencent.com/document/product/213/19918)."""
+LOCAL_SYSTEM_DISK = "LOCAL_BASIC"
+"""For HCC bare-metal shapes that offer no cloud system disk: the provider's own HCC acceptance test
+(resource_tc_instance_test.go, TestAccTencentCloudInstanceResourceHPC) creates one with LOCAL_BASIC."""
 
 
-def system_disk_type(hpc: bool) -> str:
-    """HCC shapes are bare-metal hosts whose system disk is local: the provider's own HCC acceptance
-    test (TestAccTencentCloudInstanceResourceHPC) uses LOCAL_BASIC. Every other GPU family takes an
-    Enhanced SSD cloud disk (CLOUD_HSSD); that GN7/PNV4/GT4 offer HSSD in every zone is unconfirmed —
-    CLOUD_BSSD is the fallback to try where a zone refuses it."""
-    return "LOCAL_BASIC" if hpc else "CLOUD_HSSD"
+def system_disk_type(instance_types: list, instance_type: str, zone: str, hpc: bool) -> str:
+    """The system disk type to ask for, from what the cloud says the shape takes in the zone.
+
+    `instance_types` is the answer of `tencentcloud.instance.get_types` with a SYSTEM_DISK `cbs_filter`
+    (DescribeZoneInstanceConfigInfos and DescribeDiskConfigQuota: data_source_tc_instance_types.go).
+    A shape the zone does not sell, or a cloud shape without any cloud system disk, is a sentence here
+    rather than a failed RunInstances later."""
+    offer = next((t for t in instance_types or [] if t.instance_type == instance_type), None)
+    if offer is None:
+        raise pulumi.RunError(f"{instance_type} is not sold in {zone} (instance types lookup); choose another zone "
+                              f"or instance_type (gpu-cluster catalog --cloud tencentcloud lists where each is sold)")
+    available = {c.disk_type for c in offer.cbs_configs or [] if c.available and c.disk_usage == "SYSTEM_DISK"}
+    for kind in SYSTEM_DISK_PREFERENCE:
+        if kind in available:
+            return kind
+    if hpc:
+        return LOCAL_SYSTEM_DISK
+    raise pulumi.RunError(f"{instance_type} in {zone} offers none of the system disks {', '.join(SYSTEM_DISK_PREFERENCE)}")
 
 
 def spot_max_price(price_hourly: Optional[float]) -> str:
@@ -56,10 +77,12 @@ class ComputeArgs:
     subnet_id: pulumi.Input[str]
     security_group_id: pulumi.Input[str]
     image_id: pulumi.Input[str]
-    user_data: pulumi.Input[str]
-    """Plain-text #cloud-config (sent as user_data_raw; the provider base64-encodes it)."""
+    user_data: Sequence[pulumi.Input[str]]
+    """Plain-text #cloud-config per node (sent as user_data_raw; the provider base64-encodes it)."""
     root_gb: int
     tags: Mapping[str, str]
+    family: str = ""
+    """The shape's instance family (asked for its system disk types)."""
     hpc: bool = False
     """HCC RDMA shape: create an HPC cluster and place every node in it."""
     critical: bool = False
@@ -87,8 +110,17 @@ class Compute(pulumi.ComponentResource):
                                               remark=f"gpu-cluster {prefix}: RDMA nodes", opts=child)
             self.hpc_cluster_id = hpc.id
 
+        # Deleted with its node: the provider allows that only for POSTPAID_BY_HOUR instances
+        # (resource_tc_instance.go), which is why the spec refuses scratch: disk with spot.
         scratch = ([{"data_disk_type": "CLOUD_HSSD", "data_disk_size": args.scratch_disk_gb,
                      "delete_with_instance": True, "encrypt": True}] if args.scratch_disk_gb else None)
+        offers = tencentcloud.instance.get_types_output(
+            filters=[{"name": "zone", "values": [args.zone]}, {"name": "instance-family", "values": [args.family]}],
+            cbs_filter={"disk_charge_type": "POSTPAID_BY_HOUR", "disk_usage": "SYSTEM_DISK",
+                        "disk_types": list(SYSTEM_DISK_PREFERENCE)},
+            opts=pulumi.InvokeOutputOptions(parent=self))
+        system_disk = offers.instance_types.apply(
+            lambda found: system_disk_type(found, args.instance_type, args.zone, args.hpc))
         self.node_ids, self.private_ips = [], []
         for i in range(args.nodes):
             spot = node_is_spot(args.purchase, i)
@@ -103,7 +135,7 @@ class Compute(pulumi.ComponentResource):
                 subnet_id=args.subnet_id,
                 orderly_security_groups=[args.security_group_id],
                 allocate_public_ip=False,
-                system_disk_type=system_disk_type(args.hpc),
+                system_disk_type=system_disk,
                 system_disk_size=args.root_gb,
                 data_disks=scratch,
                 hpc_cluster_id=self.hpc_cluster_id,
@@ -113,12 +145,14 @@ class Compute(pulumi.ComponentResource):
                 # Termination protection on the on-demand nodes of a critical cluster: a spot node is
                 # reclaimed by the cloud whatever the flag says, and protecting it only blocks cleanup.
                 disable_api_termination=args.critical and not spot,
-                user_data_raw=args.user_data,
+                user_data_raw=args.user_data[i],
                 tags=tags,
-                # A node keeps the image it was created with: a newer public image (the default is
-                # looked up at every run) must not reinstall a running GPU node. New and replaced
-                # nodes get the current one; roll a node on purpose with `pulumi up --replace`.
-                opts=pulumi.ResourceOptions(parent=self, ignore_changes=["imageId"]),
+                # A node keeps the image and boot config it was created with: a newer public image (the
+                # default is looked up at every run) would reinstall a running GPU node in place, and
+                # cloud-init reads user data only at first boot anyway (resource_tc_instance.go Update:
+                # image_id → reinstall, user_data_raw → ModifyUserData). New and replaced nodes get the
+                # current ones; roll a node on purpose with `pulumi up --replace`.
+                opts=pulumi.ResourceOptions(parent=self, ignore_changes=["imageId", "userDataRaw"]),
             )
             self.node_ids.append(node.id)
             self.private_ips.append(node.private_ip)

@@ -1,8 +1,12 @@
 """GPU and health alarms on Tencent Cloud Monitor, bound to the cluster's nodes.
 
-Namespace `cvm_device` with monitor type `MT_QCE` (facts/tencentcloud.md, "Alarms"). GPU metric
-names follow the Cloud Monitor data API (GpuUtil, GpuMemUsage, GpuTemp); that the alarm API uses the
-same spelling is unconfirmed — `monitor.get_alarm_metric(namespace="cvm_device")` lists them.
+Namespace `cvm_device` with monitor type `MT_QCE` (provider doc monitor_alarm_policy v1.82.42). The GPU
+metric names are those of the Cloud Monitor data API for CVM (GpuUtil, GpuMemUsage, GpuTemp: "CVM
+monitoring metrics", intl.cloud.tencent.com/document/product/248/6843). No Tencent page lists the
+alarm API's names for `cvm_device`, so the program asks the cloud at deploy time
+(`monitor.get_alarm_metric`) and stops with a sentence when one of them is not offered, instead of
+creating an alarm that never fires. The metrics need Tencent's monitoring agent on the node, which
+public images install unless `disable_monitor_service` is set (provider doc instance).
 """
 
 from __future__ import annotations
@@ -20,6 +24,16 @@ HOT_CELSIUS = 85
 MEMORY_FULL_PCT = 95
 _HOUR = 3600
 _RENOTIFY_SECONDS = _HOUR
+
+
+def offered(rules: list[dict], metrics: list) -> list[dict]:
+    """`rules`, once every metric they watch is one the alarm API offers for `cvm_device`."""
+    names = {m.metric_name for m in metrics or []}
+    missing = sorted({r["metric_name"] for r in rules} - names)
+    if missing:
+        raise pulumi.RunError(f"Cloud Monitor offers no alarm metric {', '.join(missing)} in namespace cvm_device "
+                              f"(monitor.get_alarm_metric); the GPU alarms cannot be created as written")
+    return rules
 
 
 def gpu_rules() -> list[dict]:
@@ -61,7 +75,9 @@ class Monitoring(pulumi.ComponentResource):
             monitor_type="MT_QCE",
             project_id=0,
             enable=1,
-            conditions={"is_union_rule": 0, "rules": gpu_rules()},
+            conditions={"is_union_rule": 0, "rules": tencentcloud.monitor.get_alarm_metric_output(
+                module="monitor", monitor_type="Monitoring", namespace="cvm_device",
+                opts=pulumi.InvokeOutputOptions(parent=self)).metrics.apply(lambda m: offered(gpu_rules(), m))},
             # Instance health: unreachable or rebooted unexpectedly (event names from the provider's example).
             event_conditions=[{"metric_name": "ping_unreachable", "continue_period": 0, "period": 0,
                                "notice_frequency": 0, "is_power_notice": 0},

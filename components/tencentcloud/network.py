@@ -17,6 +17,22 @@ import tencentcloud_iac_pulumi as tencentcloud
 from components.tencentcloud.addressing import node_subnet
 
 _FLOW_LOG_DAYS = 30
+STANDARD_NAT = 2
+"""nat_product_version 2: the standard NAT gateway, whose bandwidth is fixed at 5000 Mbps (the provider
+refuses any other `bandwidth`; the traditional product, 1, defaults to 100 Mbps): provider doc
+nat_gateway v1.82.42 and resource_tc_nat_gateway.go."""
+EIP_MAX_MBPS = 100
+"""Largest `internet_max_bandwidth_out` of a TRAFFIC_POSTPAID_BY_HOUR EIP (VPC API AllocateAddresses,
+InternetMaxBandwidthOut: "TRAFFIC_POSTPAID_BY_HOUR: 1 Mbps to 100 Mbps")."""
+NAT_MAX_EIPS = 10
+"""A NAT gateway binds 1-10 EIPs (provider doc nat_gateway v1.82.42, assigned_eip_set)."""
+
+
+def eip_bandwidths(egress_mbps: int) -> list[int]:
+    """The EIPs that give the NAT gateway `egress_mbps` of egress: full 100 Mbps ones and the rest.
+    A single connection leaves through one EIP, so it gets at most 100 Mbps."""
+    full, rest = divmod(egress_mbps, EIP_MAX_MBPS)
+    return [EIP_MAX_MBPS] * full + ([rest] if rest else [])
 
 
 @dataclass(frozen=True)
@@ -33,6 +49,8 @@ class NetworkArgs:
     """Ranges allowed to reach TCP 22. Default: none (no inbound from outside the group at all)."""
     existing_subnet_id: Optional[str] = None
     """Use this subnet (and its VPC) instead of creating a VPC, subnet and NAT. Default: create them."""
+    egress_mbps: int = 500
+    """Internet egress of the NAT gateway, Mbps (1-1000: up to ten 100 Mbps EIPs); the spec's default."""
     lustre_cidr: Optional[ipaddress.IPv4Network] = None
     """CFS Turbo's CCN range, allowed to reach the nodes' Lustre port. Default: no file system."""
     flow_log_days: int = field(default=_FLOW_LOG_DAYS)
@@ -64,13 +82,17 @@ class Network(pulumi.ComponentResource):
         else:
             vpc = tencentcloud.vpc.Instance(f"{prefix}-vpc", name=prefix, cidr_block=str(args.cidr),
                                             tags=tags, opts=child)
-            # Egress only: a NAT gateway with its own EIP, routed from the cluster subnet's table
-            # (the VPC's default table is left alone for other subnets).
-            eip = tencentcloud.eip.Instance(f"{prefix}-nat-eip", name=f"{prefix}-nat",
-                                            internet_charge_type="TRAFFIC_POSTPAID_BY_HOUR",
-                                            internet_max_bandwidth_out=100, tags=tags, opts=child)
+            # Egress only: a standard NAT gateway (5000 Mbps; the traditional product defaults to 100)
+            # with as many traffic-billed EIPs as the egress bandwidth needs, routed from the cluster
+            # subnet's own table (the VPC's default table is left alone for other subnets).
+            eips = [tencentcloud.eip.Instance(
+                f"{prefix}-nat-eip" if i == 0 else f"{prefix}-nat-eip-{i}", name=f"{prefix}-nat-{i}",
+                internet_charge_type="TRAFFIC_POSTPAID_BY_HOUR", internet_max_bandwidth_out=mbps,
+                tags=tags, opts=child) for i, mbps in enumerate(eip_bandwidths(args.egress_mbps))]
             nat = tencentcloud.nat.Gateway(f"{prefix}-nat", name=prefix, vpc_id=vpc.id, zone=args.zone,
-                                           assigned_eip_sets=[eip.public_ip], tags=tags, opts=child)
+                                           nat_product_version=STANDARD_NAT,
+                                           assigned_eip_sets=[eip.public_ip for eip in eips], tags=tags,
+                                           opts=child)
             routes = tencentcloud.route.Table(f"{prefix}-routes", name=prefix, vpc_id=vpc.id, tags=tags,
                                               opts=child)
             tencentcloud.route.TableEntry(f"{prefix}-egress", route_table_id=routes.id,

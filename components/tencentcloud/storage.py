@@ -16,7 +16,8 @@ import tencentcloud_iac_pulumi as tencentcloud
 from tencentcloud_iac_pulumi.ccn import AttachmentV2 as CcnAttachment
 
 DATA_DISK_TYPE = "CLOUD_HSSD"
-"""Enhanced SSD, ≤ 1000 MB/s per disk (facts/tencentcloud.md, disks)."""
+"""Enhanced SSD, up to 1000 MB/s per disk (Cloud Block Storage documentation, "Cloud disk types":
+intl.cloud.tencent.com/document/product/362/2353)."""
 _ABORT_UPLOADS_DAYS = 7
 _NONCURRENT_VERSION_DAYS = 30
 
@@ -124,7 +125,12 @@ class Storage(pulumi.ComponentResource):
             f"{prefix}-lustre", name=prefix, availability_zone=args.zone, protocol="TURBO",
             storage_type=turbo.storage_type, capacity=turbo.capacity_gib, net_interface="CCN",
             ccn_id=ccn.id, cidr_block=str(turbo.cidr), access_group_id=access.id, tags=tags,
-            opts=pulumi.ResourceOptions.merge(keep, pulumi.ResourceOptions(depends_on=[attach])))
+            # The provider cannot change `capacity` (v1.82.42 Update: "argument `capacity` cannot be
+            # changed"), so a new size would plan an update that fails: the stack sets it only at
+            # creation. A file system grows in the console or with the CFS API ScaleUpFileSystem
+            # (up only); then set storage.lustre.capacity_gib to the new size (the plan notes say so).
+            opts=pulumi.ResourceOptions.merge(keep, pulumi.ResourceOptions(depends_on=[attach],
+                                                                           ignore_changes=["capacity"])))
         self.file_system_id = fs.id
         # Turbo is mounted with the Lustre client: `mount -t lustre <mount ip>@tcp0:/<fs id>/cfs /mnt`
         # (CFS Turbo "mounting on Linux" guide, cloud.tencent.com/document/product/582; the `/cfs`

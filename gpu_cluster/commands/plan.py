@@ -97,6 +97,12 @@ def run(args: argparse.Namespace) -> int:
                 status = EXIT_BAD_INPUT
                 progress.advance()
                 continue
+            except Exception as e:  # noqa: BLE001 - a defect of the program: say where, not a traceback
+                progress.error(f"{path}: the program failed under the offline mocks ({type(e).__name__}: {e}); "
+                               f"this is a defect of gpu-cluster, not of the stack file")
+                status = EXIT_BAD_INPUT
+                progress.advance()
+                continue
             out.mkdir(parents=True, exist_ok=True)
             (out / f"{rendered.stack}.json").write_text(json.dumps(plan_doc, indent=1) + "\n", encoding="utf-8")
             (out / f"{rendered.stack}.report.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")

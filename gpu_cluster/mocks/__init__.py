@@ -17,6 +17,7 @@ from pulumi.runtime import rpc
 from pulumi.runtime.mocks import MockCallArgs, MockMonitor, MockResourceArgs
 from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
 
+from gpu_cluster import contracts
 from gpu_cluster.mocks import aws as mocks_aws
 from gpu_cluster.mocks import tencentcloud as mocks_tencentcloud
 
@@ -41,23 +42,36 @@ def mock_id(type_: str, name: str) -> str:
 
 
 class GpuClusterMocks(pulumi.runtime.Mocks):
-    """Answers every registration and lookup the program makes, the same way every time."""
+    """Answers every registration and lookup the program makes, the same way every time, and only
+    with what the provider itself returns (gpu_cluster/contracts/)."""
+
+    def __init__(self) -> None:
+        self.invokes: list[tuple[str, dict]] = []
+        """Every function the program called, with its arguments, in order."""
+        self.problems: list[str] = []
+        """Contract problems of those calls (a render with any fails)."""
 
     def new_resource(self, args: MockResourceArgs) -> tuple[Optional[str], dict]:
         rid = args.resource_id or mock_id(args.typ, args.name)
         outputs = dict(args.inputs)
         computed = COMPUTED.get(args.typ)
         if computed is not None:
-            outputs.update(computed(args.name, args.inputs, rid))
+            values, problems = contracts.resource_outputs(args.typ, computed(args.name, args.inputs, rid))
+            outputs.update(values)
+            self.problems += problems
         return rid, outputs
 
     def call(self, args: MockCallArgs) -> dict:
+        self.invokes.append((args.token, dict(args.args)))
+        self.problems += contracts.check_invoke(args.token, args.args)
         lookup = LOOKUPS.get(args.token)
         if lookup is None:
-            raise NotImplementedError(
-                f"offline mocks have no answer for the lookup {args.token}; add one to gpu_cluster/mocks/<cloud>.py"
-            )
-        return lookup(args.args)
+            self.problems.append(f"the offline mocks have no answer for the function {args.token}; add one to "
+                                 f"gpu_cluster/mocks/<cloud>.py, returning only what its contract says it returns")
+            return {}
+        result, problems = contracts.function_result(args.token, args.args, lookup(args.args))
+        self.problems += problems
+        return result
 
 
 @dataclass
@@ -76,6 +90,7 @@ class Registration:
     outputs: dict = field(default_factory=dict)
     id: str = ""
     ignore_changes: list[str] = field(default_factory=list)
+    property_dependencies: dict[str, list[str]] = field(default_factory=dict)
 
 
 class RecordingMonitor(MockMonitor):
@@ -117,6 +132,7 @@ class RecordingMonitor(MockMonitor):
             outputs=reg.state,
             id=reg.id or "",
             ignore_changes=list(request.ignoreChanges),
+            property_dependencies={k: list(v.urns) for k, v in request.propertyDependencies.items()},
         ))
         return response
 

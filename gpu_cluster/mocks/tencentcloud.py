@@ -84,16 +84,65 @@ COMPUTED: dict = {
 
 
 def _images(args: dict) -> dict:
-    image = {"imageId": "img-487zeit5", "imageName": "Ubuntu Server 22.04 LTS 64bit",
-             "osName": "Ubuntu Server 22.04 LTS 64bit", "imageType": "PUBLIC_IMAGE", "architecture": "x86_64",
-             "platform": "Ubuntu", "imageState": "NORMAL", "imageSize": 20, "imageSource": "OFFICIAL",
-             "imageCreator": "", "imageDescription": "", "createdTime": "2024-01-01T00:00:00Z",
-             "supportCloudInit": True, "syncPercent": 0, "isSupportCloudinit": True, "snapshots": []}
-    return {"id": "images", "imageId": image["imageId"], "images": [image], **{k: v for k, v in args.items() if v is not None}}
+    # The provider returns the images only in `images` (newest first); it never sets a top-level
+    # image_id (data_source_tc_images.go).
+    os_name = args.get("osName") or "TencentOS Server 3.1 (TK4)"
+    image = {"imageId": "img-487zeit5", "imageName": os_name, "osName": os_name, "imageType": "PUBLIC_IMAGE",
+             "architecture": "x86_64", "platform": os_name.split()[0], "imageState": "NORMAL", "imageSize": 20,
+             "imageSource": "OFFICIAL", "imageCreator": "", "imageDescription": "",
+             "createdTime": "2026-10-01T00:00:00Z", "supportCloudInit": True, "syncPercent": 100, "snapshots": []}
+    return {"id": "images", "images": [image]}
 
 
 def _user(args: dict) -> dict:
-    return {"id": _UIN, "appId": _APP_ID, "uin": _UIN, "ownerUin": _UIN, "name": "gpu-cluster-deployer"}
+    return {"id": f"user-{_UIN}-{_APP_ID}-1", "appId": _APP_ID, "uin": _UIN, "ownerUin": _UIN, "name": "gpu-cluster-deployer"}
+
+
+def _cam_users(args: dict) -> dict:
+    """Every e-mail asked for belongs to one CAM sub-user (the provider filters ListUsers by e-mail)."""
+    email = args.get("email") or "mlops@example.com"
+    name = email.split("@", 1)[0]
+    return {"id": f"users-{_digits(email, 8)}", "userLists": [{
+        "uid": int(_digits(email + "uid", 8)), "uin": int("1000" + _digits(email, 8)), "name": name, "userId": name,
+        "email": email, "remark": "", "phoneNum": "", "countryCode": "86", "consoleLogin": 1}]}
+
+
+def _cbs_config(zone: str, family: str, disk_type: str) -> dict:
+    return {"available": True, "deviceClass": "CLOUD", "diskChargeType": "POSTPAID_BY_HOUR", "diskType": disk_type,
+            "diskUsage": "SYSTEM_DISK", "extraPerformanceRanges": [], "instanceFamily": family, "maxDiskSize": 1024,
+            "minDiskSize": 20, "stepSize": 1, "zone": zone}
+
+
+def _instance_types(args: dict) -> dict:
+    """The catalogued shapes of the family as sold in the zone, each offering Enhanced SSD system disks."""
+    from components import catalog
+
+    filters = {f.get("name"): f.get("values") or [] for f in args.get("filters") or []}
+    zone = (filters.get("zone") or [args.get("availabilityZone") or "ap-guangzhou-3"])[0]
+    families = filters.get("instance-family") or []
+    cbs = bool(args.get("cbsFilter"))
+    out = []
+    for shape in catalog.shapes("tencentcloud").values():
+        if families and shape.family not in families:
+            continue
+        out.append({"availabilityZone": zone, "instanceType": shape.type, "family": shape.family,
+                    "cpuCoreCount": shape.vcpu, "memorySize": shape.mem_gib, "gpuCoreCount": shape.gpu_count,
+                    "instanceChargeType": "POSTPAID_BY_HOUR", "status": "SELL",
+                    "cbsConfigs": [_cbs_config(zone, shape.family, "CLOUD_HSSD")] if cbs else []})
+    return {"id": f"types-{_digits(zone + ','.join(families), 8)}", "instanceTypes": out}
+
+
+# The cvm_device alarm metrics the mock offers: CVM basics and the GPU metrics of the data API.
+_ALARM_METRICS = ("CpuUsage", "MemUsage", "GpuUtil", "GpuMemUsage", "GpuTemp", "GpuPowUsage")
+
+
+def _alarm_metrics(args: dict) -> dict:
+    def metric(name: str) -> dict:
+        return {"namespace": args.get("namespace"), "metricName": name, "description": name, "min": 0.0, "max": 100.0,
+                "dimensions": ["InstanceId"], "unit": "%", "isAdvanced": 0, "isOpen": 1, "productId": 0,
+                "metricConfigs": [{"operators": ["gt", "lt"], "periods": [60, 300, 3600], "continuePeriods": [1, 2, 5]}],
+                "operators": [{"id": "gt", "name": ">"}, {"id": "lt", "name": "<"}], "periods": [60, 300, 3600]}
+    return {"id": f"metrics-{args.get('namespace')}", "metrics": [metric(n) for n in _ALARM_METRICS]}
 
 
 def _subnets(args: dict) -> dict:
@@ -110,4 +159,7 @@ LOOKUPS: dict = {
     "tencentcloud:Images/getInstance:getInstance": _images,
     "tencentcloud:User/getInfo:getInfo": _user,
     "tencentcloud:Vpc/getSubnets:getSubnets": _subnets,
+    "tencentcloud:Cam/getUsers:getUsers": _cam_users,
+    "tencentcloud:Instance/getTypes:getTypes": _instance_types,
+    "tencentcloud:Monitor/getAlarmMetric:getAlarmMetric": _alarm_metrics,
 }

@@ -13,6 +13,9 @@ AWS_VOLUME = "aws:ebs/volume:Volume"
 AWS_LUSTRE = "aws:fsx/lustreFileSystem:LustreFileSystem"
 AWS_EFS = "aws:efs/fileSystem:FileSystem"
 AWS_DLM = "aws:dlm/lifecyclePolicy:LifecyclePolicy"
+AWS_DRA = "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation"
+"""FSx backs up only persistent file systems "not linked to an Amazon S3 data repository" (FSx for
+Lustre user guide, "Working with backups"): a linked one is credited by its association."""
 AWS_BUCKETS = ("aws:s3/bucket:Bucket", "aws:s3/bucketV2:BucketV2")
 AWS_PAB = "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock"
 AWS_VERSIONING = ("aws:s3/bucketVersioning:BucketVersioning", "aws:s3/bucketVersioningV2:BucketVersioningV2")
@@ -99,10 +102,13 @@ def _snapshot_schedule(args: Any, report_violation: Any) -> None:
             report_violation(
                 f"EBS volume '{short(vol.urn)}' keeps only {max(k for _, k in covers)} snapshots; raise the DLM "
                 f"retain_rule count to at least {min_keep}.", vol.urn)
+    linked = {t.urn for dra in view.of_type(AWS_DRA) for t in (_targets(view, dra, "fileSystemId", (AWS_LUSTRE,)) or [])}
     for fs in view.of_type(AWS_LUSTRE):
         deployment = as_str(get(fs.props, "deploymentType")) or ""
         if deployment.startswith("SCRATCH"):
             continue  # scratch file systems cannot be backed up; they hold nothing that must survive
+        if fs.urn in linked:
+            continue  # FSx cannot back up a file system linked to S3; the bucket is its durable copy
         days = get(fs.props, "automaticBackupRetentionDays")
         if days is UNKNOWN:
             continue

@@ -1,0 +1,44 @@
+"""What a Tencent Cloud plan must say aloud (pure: no Pulumi), added to the cluster's notes by `load_spec`.
+
+Each note states a fact of the cloud that changes what `pulumi up` delivers, with its source.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from components.tiers import H100_COMPUTE
+
+if TYPE_CHECKING:
+    from components.catalog import Shape
+    from components.spec import ClusterSpec
+
+
+def notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
+    out = []
+    if spec.tier == "large" and shape.gpu not in H100_COMPUTE:
+        out.append(
+            f"tier large on tencentcloud: {shape.type} has {shape.gpu_label} — the HCC RDMA shape Tencent documents "
+            f"for this tier, with an H100-class memory and interconnect but a small fraction of an H100's dense "
+            f"compute (gpu-cluster catalog shows the figures); no H800/H100/H200 HCC shape has a primary source we "
+            f"could read. For H100-class compute use cloud=aws (p5.48xlarge)")
+    if shape.hpc:
+        out.append(f"{shape.type} is an HCC shape sold to accounts Tencent enables for it (imroc/tke-guide, a Tencent "
+                   f"engineer's guide): have it enabled for the account before `pulumi up`")
+    if spec.image_id is None:
+        out.append("image: the newest public TencentOS Server 3.1 (TK4) image compatible with the shape (on the CFS "
+                   "Turbo client's compatibility list); the NVIDIA driver, CUDA and cuDNN are installed at first boot "
+                   "by Tencent's installer (cloud.tencent.com/document/product/560/112129; its file format is taken "
+                   "from that page as others cite it, unconfirmed), which takes 15-25 minutes"
+                   + ("; nvidia-fabricmanager follows for this NVSwitch shape" if shape.interconnect == "nvswitch" else ""))
+    out.append("alarms: Tencent Cloud sends them to CAM users only, so every budget.emails address must belong to a CAM "
+               "user of the account (checked at `pulumi up`); budget reminders go to the account's message-center "
+               "subscribers for budgets (billing.Budget has no receiver)")
+    out.append("GPU alarms watch GpuUtil, GpuTemp and GpuMemUsage, the Cloud Monitor data API's names; the alarm API's "
+               "names for cvm_device are published nowhere we could read, so `pulumi up` checks them with "
+               "monitor.get_alarm_metric first and stops if one is missing")
+    if spec.storage.lustre is not None:
+        out.append(f"storage.lustre.capacity_gib={spec.storage.lustre.capacity_gib} sets the CFS Turbo size at creation "
+                   f"only: the provider (v1.82.42) cannot change it. To grow the file system, scale it up in the CFS "
+                   f"console or with the ScaleUpFileSystem API (up only), then set capacity_gib to the new size")
+    return out

@@ -1,0 +1,294 @@
+"""Provider contracts: what each resource type and function of the pinned providers accepts and returns.
+
+One data file per cloud (`aws.yaml`, `tencentcloud.yaml` beside this module), every entry read from
+the provider's own documentation or schema source for the versions pinned in requirements.txt and
+citing the file it was read from. Three consumers, one source of truth:
+
+- the mocks (gpu_cluster/mocks/) answer from them: a function returns only attributes its Read sets
+  (plus echoed arguments), a resource only attributes the provider computes — a mock that invents an
+  output the provider never returns raises `ContractError`;
+- every render is checked against them (`check_registration`): a required argument missing or null,
+  an argument the provider does not have, a value outside the documented set or range — one sentence
+  each, naming the resource, the argument, the rule and the source;
+- the review (gpu_cluster/review.py) decides "replaced" / "cannot be changed" from their `force_new`
+  and `immutable` lists.
+
+Entry format (engine camelCase names; nested blocks under `fields`, list elements implicit):
+
+    resources:
+      <type token>:
+        source: "<provider file(s) and version read>"
+        required: [<argument>, ...]
+        arguments:
+          <argument>: {force_new: true, immutable: true, values: [...], range: [min, max],
+                       grow_only: true, fields: {<nested argument>: {...}}, required: [<nested>, ...]}
+        computed: [<attribute the provider sets itself>, ...]
+        notes: "..."
+    functions:
+      <invoke token>:
+        source: "..."
+        required: [...]
+        arguments: {<argument>: {values: [...]}, ...}
+        returns: [<attribute Read sets>, ...]
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Optional
+
+import yaml
+
+from gpu_cluster.errors import UserError
+
+_HERE = Path(__file__).parent
+_FILES = {"aws": "aws.yaml", "tencentcloud": "tencentcloud.yaml"}
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class ContractError(UserError):
+    """The program (or a mock) breaks a provider contract: `pulumi up` would fail or misbehave."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("the plan breaks the provider contracts:\n" + "\n".join(f"  - {p}" for p in problems))
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What the provider says about one argument (at any nesting depth)."""
+
+    force_new: bool = False
+    immutable: bool = False
+    grow_only: bool = False
+    values: Optional[tuple[Any, ...]] = None
+    range: Optional[tuple[Optional[float], Optional[float]]] = None
+    fields: Mapping[str, "Rule"] = field(default_factory=dict)
+    required: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Contract:
+    token: str
+    kind: str  # "resource" | "function"
+    source: str
+    arguments: Mapping[str, Rule]
+    required: tuple[str, ...]
+    computed: frozenset[str] = frozenset()
+    returns: frozenset[str] = frozenset()
+    notes: str = ""
+
+    def paths(self) -> Iterator[tuple[str, Rule]]:
+        """Every argument as (dotted path, rule), nested ones included."""
+        stack = [("", self.arguments)]
+        while stack:
+            prefix, args = stack.pop()
+            for name, rule in args.items():
+                path = f"{prefix}{name}"
+                yield path, rule
+                if rule.fields:
+                    stack.append((path + ".", rule.fields))
+
+    def rule_at(self, path: str) -> Optional[Rule]:
+        """The rule of a dotted argument path ("networkInterfaces.interfaceType"), or None."""
+        args, rule = self.arguments, None
+        for part in path.split("."):
+            rule = args.get(part)
+            if rule is None:
+                return None
+            args = rule.fields
+        return rule
+
+
+def _rule(raw: Any) -> Rule:
+    raw = raw or {}
+    rng = raw.get("range")
+    return Rule(
+        force_new=bool(raw.get("force_new")),
+        immutable=bool(raw.get("immutable")),
+        grow_only=bool(raw.get("grow_only")),
+        values=tuple(raw["values"]) if raw.get("values") is not None else None,
+        range=(rng[0], rng[1]) if rng else None,
+        fields={k: _rule(v) for k, v in (raw.get("fields") or {}).items()},
+        required=tuple(raw.get("required") or ()),
+    )
+
+
+@lru_cache(maxsize=None)
+def _load(cloud: str) -> dict[str, Contract]:
+    with open(_HERE / _FILES[cloud], encoding="utf-8") as f:
+        doc = yaml.load(f, Loader=_LOADER)  # noqa: S506 - a safe loader
+    out: dict[str, Contract] = {}
+    for kind, key in (("resource", "resources"), ("function", "functions")):
+        for token, raw in (doc.get(key) or {}).items():
+            args = raw.get("arguments") or {}
+            if isinstance(args, list):
+                args = {a: None for a in args}
+            out[token] = Contract(
+                token=token, kind=kind, source=raw["source"],
+                arguments={k: _rule(v) for k, v in args.items()},
+                required=tuple(raw.get("required") or ()),
+                computed=frozenset(raw.get("computed") or ()),
+                returns=frozenset(raw.get("returns") or ()),
+                notes=raw.get("notes") or "",
+            )
+    return out
+
+
+def cloud_of(token: str) -> Optional[str]:
+    package = token.split(":", 1)[0]
+    return package if package in _FILES else None
+
+
+def contract(token: str) -> Optional[Contract]:
+    """The contract of a resource type or function token, or None when there is none."""
+    cloud = cloud_of(token)
+    return _load(cloud).get(token) if cloud else None
+
+
+def all_contracts() -> dict[str, Contract]:
+    return {t: c for cloud in _FILES for t, c in _load(cloud).items()}
+
+
+# ---- checks ---------------------------------------------------------------------------------------
+
+def _number(value: Any) -> Optional[float]:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
+def _allowed(value: Any, values: tuple[Any, ...]) -> bool:
+    """Whether `value` is one of `values`: numbers by value (the engine sends 90 as 90.0), booleans
+    also as the strings "true"/"false" some providers use, everything else by its text."""
+    n = _number(value)
+    for v in values:
+        if isinstance(v, bool) or isinstance(value, bool):
+            if str(v).lower() == str(value).lower():
+                return True
+        elif n is not None and _number(v) is not None:
+            if n == _number(v):
+                return True
+        elif str(v) == str(value):
+            return True
+    return False
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _check_block(where: str, c: Contract, args: Mapping[str, Rule], required: tuple[str, ...], value: Any,
+                 prefix: str, problems: list[str]) -> None:
+    """Check one object (the top level or a nested block) against its rules."""
+    if not isinstance(value, Mapping):
+        return
+    for name in required:
+        if value.get(name) is None:
+            what = "missing" if name not in value else "null"
+            problems.append(f"{where}: required argument {prefix}{name} is {what} ({c.source})")
+    for name, v in value.items():
+        if name.startswith("__"):
+            continue
+        rule = args.get(name)
+        path = f"{prefix}{name}"
+        if rule is None:
+            problems.append(f"{where}: argument {path} is not an argument of {c.token} ({c.source})")
+            continue
+        _check_value(where, c, rule, v, path, problems)
+
+
+def _check_value(where: str, c: Contract, rule: Rule, value: Any, path: str, problems: list[str]) -> None:
+    if value is None:
+        return
+    if isinstance(value, list):
+        for item in value:
+            _check_value(where, c, rule, item, path, problems)
+        return
+    if rule.fields:
+        if isinstance(value, Mapping):
+            _check_block(where, c, rule.fields, rule.required, value, path + ".", problems)
+        return
+    if rule.values is not None and not isinstance(value, Mapping) and not _allowed(value, rule.values):
+            problems.append(f"{where}: argument {path}={_show(value)} is not a documented value; allowed: "
+                            f"{', '.join(map(str, rule.values))} ({c.source})")
+    if rule.range is not None:
+        n = _number(value)
+        lo, hi = rule.range
+        if n is not None and (not math.isfinite(n) or (lo is not None and n < lo) or (hi is not None and n > hi)):
+            problems.append(f"{where}: argument {path}={_show(value)} is outside the documented range "
+                            f"{'-∞' if lo is None else f'{lo:g}'}..{'∞' if hi is None else f'{hi:g}'} ({c.source})")
+
+
+def _check(token: str, kind: str, where: str, values: Mapping[str, Any]) -> list[str]:
+    c = contract(token)
+    if c is None or c.kind != kind:
+        what = "type" if kind == "resource" else "function"
+        return [f"{where}: no provider contract for this {what}; add one to gpu_cluster/contracts/"
+                f"{cloud_of(token) or '<cloud>'}.yaml from the provider's docs or schema source"]
+    problems: list[str] = []
+    _check_block(where, c, c.arguments, c.required, values, "", problems)
+    return problems
+
+
+def check_resource(type_: str, name: str, inputs: Mapping[str, Any]) -> list[str]:
+    """Problems of one registration's inputs, as sentences (empty when it keeps the contract)."""
+    return _check(type_, "resource", f"resource {name!r} ({type_})", inputs)
+
+
+def check_invoke(token: str, args: Mapping[str, Any]) -> list[str]:
+    """Problems of one function call's arguments (unset arguments arrive as null)."""
+    return _check(token, "function", f"function {token}", {k: v for k, v in args.items() if v is not None})
+
+
+def function_result(token: str, args: Mapping[str, Any], result: Mapping[str, Any]) -> tuple[dict, list[str]]:
+    """A mocked function result as the provider would return it — the given arguments echoed (the
+    provider keeps configuration values in a data source's state) and only the attributes its Read
+    sets — and a problem for every attribute the mock invented (dropped from the result)."""
+    c = contract(token)
+    if c is None:
+        return dict(result), [f"function {token}: no provider contract"]
+    invented = sorted(k for k in result if k not in c.returns and k not in args)
+    kept = {k: v for k, v in result.items() if k not in invented}
+    problems = [f"the mock of {token} returns {', '.join(invented)}, which the provider never sets ({c.source})"] \
+        if invented else []
+    return {**{k: v for k, v in args.items() if v is not None}, **kept}, problems
+
+
+def resource_outputs(type_: str, computed: Mapping[str, Any]) -> tuple[dict, list[str]]:
+    """Mocked computed outputs of a resource, only those the provider computes, and a problem for each
+    other one (dropped)."""
+    c = contract(type_)
+    if c is None:
+        return {}, [f"resource type {type_}: no provider contract"]
+    invented = sorted(k for k in computed if k not in c.computed)
+    problems = [f"the mock of {type_} computes {', '.join(invented)}, which the provider does not compute "
+                f"({c.source})"] if invented else []
+    return {k: v for k, v in computed.items() if k not in invented}, problems
+
+
+def changed_paths(before: Any, after: Any, prefix: str = "") -> list[str]:
+    """Dotted argument paths whose value differs (list elements compared as a whole below their block)."""
+    if isinstance(before, Mapping) and isinstance(after, Mapping):
+        out = []
+        for k in sorted(set(before) | set(after)):
+            if before.get(k) != after.get(k):
+                out += changed_paths(before.get(k), after.get(k), f"{prefix}{k}.") or [f"{prefix}{k}"]
+        return out
+    if isinstance(before, list) and isinstance(after, list) and len(before) == len(after):
+        out = []
+        for b, a in zip(before, after):
+            out += changed_paths(b, a, prefix)
+        return sorted(set(out))
+    return [prefix.rstrip(".")] if before != after and prefix else []
