@@ -4,9 +4,9 @@
 the code of BASE (a git worktree) and of the work tree, then compares the two plans: resources
 added / changed / replaced / deleted, monthly cost before → after, and new and fixed policy
 violations — both sides priced and checked by the work tree's pricer and policy pack, so the
-comparison measures the change, not the tooling. Replacement is decided from the providers'
-force-new properties; a protected stateful resource that would be replaced or deleted gets a loud
-warning.
+comparison measures the change, not the tooling. Replacement, and changes the provider refuses, are
+decided from the provider contracts (gpu_cluster/contracts/); a protected stateful resource that would
+be replaced or deleted gets a loud warning.
 """
 
 from __future__ import annotations
@@ -18,49 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from gpu_cluster import ui
+from gpu_cluster import contracts, ui
 from gpu_cluster.errors import EXIT_BAD_INPUT, EXIT_OK, UserError
 from gpu_cluster.plan import Plan, PlanFormatError, Resource, number
 from gpu_cluster.pricing import MonthlyCost, price_plan
 from gpu_cluster.render import ROOT, SAMPLE_STACKS
-
-# Properties whose change makes the provider replace the resource (engine camelCase names), for
-# the stateful types at least. Sources: terraform-provider-aws internal/service/fsx/
-# lustre_file_system.go, ec2/ebs_volume.go, s3/bucket.go schemas (ForceNew), shared/facts/aws.md;
-# terraform-provider-tencentcloud v1.82.42 website/docs/r/{cfs_file_system,cbs_storage,cos_bucket,
-# instance}.html.markdown ("ForceNew"); read 2026-11-30.
-FORCE_NEW: dict[str, frozenset[str]] = {
-    "aws:fsx/lustreFileSystem:LustreFileSystem": frozenset({
-        "deploymentType", "subnetIds", "securityGroupIds", "kmsKeyId", "storageType",
-        "perUnitStorageThroughput", "importPath", "exportPath", "fileSystemTypeVersion", "driveCacheType",
-        "efaEnabled"}),
-    "aws:ebs/volume:Volume": frozenset({"availabilityZone", "encrypted", "kmsKeyId", "snapshotId", "outpostArn"}),
-    "aws:s3/bucket:Bucket": frozenset({"bucket", "bucketPrefix", "objectLockEnabled"}),
-    "aws:ec2/instance:Instance": frozenset({
-        "ami", "availabilityZone", "subnetId", "placementGroup", "keyName", "tenancy", "privateIp",
-        "networkInterfaces", "launchTemplate"}),
-    "aws:ec2/placementGroup:PlacementGroup": frozenset({"name", "strategy", "partitionCount", "spreadLevel"}),
-    "aws:ec2/subnet:Subnet": frozenset({"vpcId", "cidrBlock", "availabilityZone", "availabilityZoneId"}),
-    "aws:ec2/vpc:Vpc": frozenset({"cidrBlock", "instanceTenancy"}),
-    "tencentcloud:Cfs/fileSystem:FileSystem": frozenset({
-        "availabilityZone", "protocol", "storageType", "netInterface", "ccnId", "cidrBlock", "vpcId",
-        "subnetId"}),
-    "tencentcloud:Cbs/storage:Storage": frozenset({
-        "availabilityZone", "storageType", "encrypt", "encryptType", "kmsKeyId", "dedicatedClusterId"}),
-    "tencentcloud:Cos/bucket:Bucket": frozenset({"bucket", "multiAz"}),
-    "tencentcloud:Instance/instance:Instance": frozenset({
-        "availabilityZone", "hpcClusterId", "userData", "userDataRaw", "instanceChargeType", "systemDiskType",
-        "allocatePublicIp", "placementGroupId", "hostname"}),
-    "tencentcloud:Cvm/hpcCluster:HpcCluster": frozenset({"zone"}),
-}
-
-# Shrinking these replaces the resource (FSx cannot shrink; facts/aws.md).
-NO_SHRINK: dict[str, frozenset[str]] = {
-    "aws:fsx/lustreFileSystem:LustreFileSystem": frozenset({"storageCapacity"}),
-    "tencentcloud:Cfs/fileSystem:FileSystem": frozenset({"capacity"}),
-    "aws:ebs/volume:Volume": frozenset({"size"}),
-    "tencentcloud:Cbs/storage:Storage": frozenset({"storageSize"}),
-}
 
 STATEFUL = frozenset({
     "aws:fsx/lustreFileSystem:LustreFileSystem", "aws:ebs/volume:Volume", "aws:s3/bucket:Bucket",
@@ -114,18 +76,43 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _value_at(inputs: dict, path: str) -> Any:
+    value: Any = inputs
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def _governing(c: Optional[contracts.Contract], path: str) -> Optional[contracts.Rule]:
+    """The rule of a changed path, or of the nearest enclosing argument that has one."""
+    parts = path.split(".")
+    for n in range(len(parts), 0, -1):
+        rule = c.rule_at(".".join(parts[:n])) if c else None
+        if rule is not None and (rule.force_new or rule.immutable or rule.shrink):
+            return rule
+    return None
+
+
 def diff_resource(before: Resource, after: Resource) -> Optional[Change]:
+    """What `pulumi up` does to one resource, from its provider contract: replace it when a force-new
+    argument changes or a shrink-replaces one shrinks, fail when the provider cannot make the change."""
     keys = sorted(k for k in set(before.inputs) | set(after.inputs) if before.inputs.get(k) != after.inputs.get(k))
     if not keys:
         return None
-    forced = [k for k in keys if k in FORCE_NEW.get(after.type, ())]
-    shrunk = [k for k in keys if k in NO_SHRINK.get(after.type, ())
-              and (number(after.inputs.get(k)) or 0) < (number(before.inputs.get(k)) or 0)]
-    if forced or shrunk:
-        why = ", ".join([f"{k}: {_show(before.inputs.get(k))} → {_show(after.inputs.get(k))}" for k in forced]
-                        + [f"{k} shrinks {before.inputs.get(k)} → {after.inputs.get(k)}" for k in shrunk])
-        return Change("replace", after.urn, after.type, tuple(keys), before.protect, why)
-    return Change("change", after.urn, after.type, tuple(keys), before.protect)
+    c = contracts.contract(after.type)
+    forced, blocked = [], []
+    for path in contracts.changed_paths(before.inputs, after.inputs):
+        rule = _governing(c, path)
+        old, new = _value_at(before.inputs, path), _value_at(after.inputs, path)
+        shrinks = rule is not None and rule.shrink and (number(new) or 0) < (number(old) or 0)
+        if rule is not None and (rule.force_new or (shrinks and rule.shrink == "replace")):
+            forced.append(f"{path}: {_show(old)} → {_show(new)}" + (" (shrinks)" if shrinks else ""))
+        elif rule is not None and (rule.immutable or shrinks):
+            blocked.append(f"{path}: {_show(old)} → {_show(new)} — the provider cannot make this change "
+                           f"({'it only grows' if shrinks else 'fixed at creation'}; {c.source.split(';')[0]})")
+    if forced:
+        return Change("replace", after.urn, after.type, tuple(keys), before.protect, ", ".join(forced + blocked))
+    return Change("change", after.urn, after.type, tuple(keys), before.protect, ", ".join(blocked))
 
 
 def diff_plans(base: Optional[Plan], head: Optional[Plan]) -> list[Change]:

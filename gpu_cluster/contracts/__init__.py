@@ -19,9 +19,10 @@ Entry format (engine camelCase names; nested blocks under `fields`, list element
       <type token>:
         source: "<provider file(s) and version read>"
         required: [<argument>, ...]
+        at_least_one_of: [[<argument>, <argument>], ...]    # the schema's AtLeastOneOf
         arguments:
           <argument>: {force_new: true, immutable: true, values: [...], range: [min, max],
-                       grow_only: true, fields: {<nested argument>: {...}}, required: [<nested>, ...]}
+                       shrink: replace | fail, fields: {<nested argument>: {...}}, required: [<nested>, ...]}
         computed: [<attribute the provider sets itself>, ...]
         notes: "..."
     functions:
@@ -62,8 +63,11 @@ class Rule:
     """What the provider says about one argument (at any nesting depth)."""
 
     force_new: bool = False
+    """A change replaces the resource."""
     immutable: bool = False
-    grow_only: bool = False
+    """The provider refuses any change (its update fails)."""
+    shrink: Optional[str] = None
+    """What a smaller value does: "replace" (the resource is recreated) or "fail" (the update fails)."""
     values: Optional[tuple[Any, ...]] = None
     range: Optional[tuple[Optional[float], Optional[float]]] = None
     fields: Mapping[str, "Rule"] = field(default_factory=dict)
@@ -77,6 +81,7 @@ class Contract:
     source: str
     arguments: Mapping[str, Rule]
     required: tuple[str, ...]
+    at_least_one_of: tuple[tuple[str, ...], ...] = ()
     computed: frozenset[str] = frozenset()
     returns: frozenset[str] = frozenset()
     notes: str = ""
@@ -109,7 +114,7 @@ def _rule(raw: Any) -> Rule:
     return Rule(
         force_new=bool(raw.get("force_new")),
         immutable=bool(raw.get("immutable")),
-        grow_only=bool(raw.get("grow_only")),
+        shrink=raw.get("shrink"),
         values=tuple(raw["values"]) if raw.get("values") is not None else None,
         range=(rng[0], rng[1]) if rng else None,
         fields={k: _rule(v) for k, v in (raw.get("fields") or {}).items()},
@@ -131,6 +136,7 @@ def _load(cloud: str) -> dict[str, Contract]:
                 token=token, kind=kind, source=raw["source"],
                 arguments={k: _rule(v) for k, v in args.items()},
                 required=tuple(raw.get("required") or ()),
+                at_least_one_of=tuple(tuple(g) for g in raw.get("at_least_one_of") or ()),
                 computed=frozenset(raw.get("computed") or ()),
                 returns=frozenset(raw.get("returns") or ()),
                 notes=raw.get("notes") or "",
@@ -239,6 +245,9 @@ def _check(token: str, kind: str, where: str, values: Mapping[str, Any]) -> list
                 f"{cloud_of(token) or '<cloud>'}.yaml from the provider's docs or schema source"]
     problems: list[str] = []
     _check_block(where, c, c.arguments, c.required, values, "", problems)
+    for group in c.at_least_one_of:
+        if all(values.get(name) is None for name in group):
+            problems.append(f"{where}: one of the arguments {', '.join(group)} is required and none is set ({c.source})")
     return problems
 
 

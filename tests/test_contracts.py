@@ -1,0 +1,137 @@
+"""The provider contracts: complete for what the program uses, true to the pinned SDKs, and enforced on
+every render and by every mock."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import stack_with
+from gpu_cluster import contracts
+from gpu_cluster.contracts import skeleton
+from gpu_cluster.mocks import COMPUTED
+from gpu_cluster.render import SAMPLE_STACKS, render
+
+# Variants that reach the types and functions the samples do not: shared subnets, spot, own images.
+VARIANTS = [(s, {}) for s in SAMPLE_STACKS] + [
+    ("aws-entry", {"network": {"existing_subnet_id": "subnet-0123456789abcdef0"}, "purchase": "spot"}),
+    ("aws-large", {"storage": {"lustre": {"import_path": "s3://datasets/corpora/"}}}),
+    ("tencent-entry", {"network": {"existing_subnet_id": "subnet-1a2b3c4d"}, "image_id": "img-abcd1234"}),
+    ("tencent-mid", {"purchase": "mixed", "storage": {"scratch": "none"}}),
+]
+
+
+@pytest.fixture(scope="module")
+def used() -> tuple[set[str], set[str]]:
+    types, functions = set(), set()
+    for stack, changes in VARIANTS:
+        rendered = render(stack_with(stack, changes))  # raises ContractError on any broken rule
+        types |= {r.type for r in rendered.registrations if r.custom and not r.type.startswith("pulumi:")}
+        functions |= {token for token, _ in rendered.invokes}
+    return types, functions
+
+
+def test_every_type_and_function_the_program_uses_has_a_contract(used):
+    types, functions = used
+    assert len(types) >= 60 and len(functions) >= 8
+    missing = sorted(t for t in types | functions if contracts.contract(t) is None)
+    assert missing == [], f"no provider contract for {missing}: add them to gpu_cluster/contracts/<cloud>.yaml"
+    assert all(contracts.contract(t).kind == "resource" for t in types)
+    assert all(contracts.contract(f).kind == "function" for f in functions)
+
+
+def test_every_entry_cites_the_provider_source_of_the_pinned_version():
+    for token, c in contracts.all_contracts().items():
+        if token.startswith("aws:"):
+            assert "hashicorp/terraform-provider-aws" in c.source or "pulumi-aws" in c.source, token
+        else:
+            assert "terraform-provider-tencentcloud v1.82.42" in c.source, token
+
+
+def _sdk_paths(arguments: dict, prefix: str = "") -> set[str]:
+    out = set()
+    for name, entry in arguments.items():
+        out.add(prefix + name)
+        out |= _sdk_paths((entry or {}).get("fields") or {}, f"{prefix}{name}.")
+    return out
+
+
+@pytest.mark.parametrize("token", sorted(contracts.all_contracts()))
+def test_contract_matches_the_pinned_sdk(token):
+    """Every argument a contract names exists in the installed SDK, and nothing the SDK requires is
+    missing from `required`: an SDK upgrade that changes them fails here, not in `pulumi up`."""
+    c = contracts.contract(token)
+    sdk = skeleton.skeleton(token)
+    if c.kind == "resource":
+        sdk_paths = _sdk_paths(sdk["arguments"])
+        ours = {path for path, _ in c.paths()}
+        assert ours <= sdk_paths, sorted(ours - sdk_paths)
+        assert set(sdk["computed"]) <= c.computed, sorted(set(sdk["computed"]) - c.computed)
+    else:
+        assert set(c.arguments) <= set(sdk["arguments"]), sorted(set(c.arguments) - set(sdk["arguments"]))
+        assert c.returns <= set(sdk["returns"]), sorted(c.returns - set(sdk["returns"]))
+    assert set(sdk["required"]) <= set(c.required), sorted(set(sdk["required"]) - set(c.required))
+
+
+def test_every_mock_computes_only_what_its_provider_computes():
+    for token, compute in COMPUTED.items():
+        outputs = compute("x", {"cidrBlock": "10.1.0.0/24", "fileSystemId": "fs-1", "topic": "arn:t"}, "id-1")
+        values, problems = contracts.resource_outputs(token, outputs)
+        assert problems == [], problems
+        assert values == outputs
+
+
+def test_a_mock_that_invents_an_output_is_a_failed_render():
+    """The Tencent image lookup once answered a top-level imageId, which the provider's Read never sets
+    (data_source_tc_images.go): every node then got no image, and `pulumi up` would have failed."""
+    token = "tencentcloud:Images/getInstance:getInstance"
+    result, problems = contracts.function_result(token, {"osName": "TencentOS"}, {"imageId": "img-1", "images": []})
+    assert "imageId" not in result and result["osName"] == "TencentOS"
+    assert problems and "returns imageId, which the provider never sets" in problems[0]
+
+
+def test_the_check_names_resource_argument_rule_and_source():
+    lt = "aws:ec2/launchTemplate:LaunchTemplate"
+    [unknown] = contracts.check_resource(lt, "tmpl", {"networkInterfaces": [{"interfaceTyp": "efa"}]})
+    assert "resource 'tmpl' (aws:ec2/launchTemplate:LaunchTemplate)" in unknown
+    assert "networkInterfaces.interfaceTyp is not an argument" in unknown and "terraform-provider-aws" in unknown
+    [value] = contracts.check_resource(lt, "tmpl", {"networkInterfaces": [{"interfaceType": "efa-x"}]})
+    assert "networkInterfaces.interfaceType='efa-x' is not a documented value; allowed: efa, interface" in value
+    [required] = contracts.check_resource("aws:ec2/placementGroup:PlacementGroup", "pg", {"strategy": None})
+    assert "required argument strategy is null" in required
+    [missing] = contracts.check_resource("tencentcloud:Instance/instance:Instance", "node",
+                                         {"availabilityZone": "ap-shanghai-5", "instanceType": "GN7.2XLARGE32"})
+    assert "one of the arguments imageId, launchTemplateId is required and none is set" in missing
+    [rng] = contracts.check_resource("aws:fsx/lustreFileSystem:LustreFileSystem", "fs",
+                                     {"subnetIds": "subnet-1", "deploymentType": "PERSISTENT_2",
+                                      "automaticBackupRetentionDays": 120})
+    assert "automaticBackupRetentionDays=120 is outside the documented range 0..90" in rng
+    [unknown_type] = contracts.check_resource("aws:ec2/fleet:Fleet", "fleet", {})
+    assert "no provider contract for this type" in unknown_type
+
+
+def test_numbers_compare_by_value_and_booleans_also_as_text():
+    assert contracts.check_resource("aws:cloudwatch/logGroup:LogGroup", "g", {"retentionInDays": 90.0}) == []
+    assert contracts.check_resource("aws:ec2/launchTemplate:LaunchTemplate", "t",
+                                    {"networkInterfaces": [{"associatePublicIpAddress": "false"}]}) == []
+
+
+def test_the_review_takes_replacement_and_refusals_from_the_contracts():
+    from gpu_cluster.plan import Resource
+    from gpu_cluster.review import diff_resource
+
+    def pair(type_, before, after):
+        return (Resource(urn="urn:pulumi:s::p::t::r", type=type_, custom=True, inputs=before),
+                Resource(urn="urn:pulumi:s::p::t::r", type=type_, custom=True, inputs=after))
+
+    fsx = "aws:fsx/lustreFileSystem:LustreFileSystem"
+    assert diff_resource(*pair(fsx, {"storageCapacity": 4800}, {"storageCapacity": 7200})).action == "change"
+    shrink = diff_resource(*pair(fsx, {"storageCapacity": 4800}, {"storageCapacity": 2400}))
+    assert shrink.action == "replace" and "storageCapacity: 4800 → 2400 (shrinks)" in shrink.why
+    cfs = diff_resource(*pair("tencentcloud:Cfs/fileSystem:FileSystem", {"capacity": 40960}, {"capacity": 61440}))
+    assert cfs.action == "change" and "the provider cannot make this change" in cfs.why
+    node = "tencentcloud:Instance/instance:Instance"
+    # user data is updated in place on Tencent (force-new only with userDataReplaceOnChange).
+    assert diff_resource(*pair(node, {"userDataRaw": "a"}, {"userDataRaw": "b"})).action == "change"
+    assert diff_resource(*pair(node, {"hpcClusterId": "hpc-1"}, {"hpcClusterId": "hpc-2"})).action == "replace"
+    lt = diff_resource(*pair("aws:ec2/launchTemplate:LaunchTemplate", {"name": "a"}, {"name": "b"}))
+    assert lt.action == "replace"
