@@ -88,7 +88,7 @@ def ours(stack: str, nodes: int, plan_out: str) -> dict:
     cloud = "aws" if stack.startswith("aws") else "tencentcloud"
     _import_provider_modules(cloud)
 
-    # DESIGN §3 caps large at 64 nodes; the benchmark measures beyond it (256) on purpose.
+    # The spec caps large at 64 nodes (components/tiers.py); the benchmark measures beyond it (256) on purpose.
     tiers.RULES["large"] = dataclasses.replace(tiers.RULES["large"], max_nodes=max(nodes, 64))
     base = read_stack_file(stack_path(stack))
     config = dict(base.config)

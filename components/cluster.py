@@ -1,6 +1,6 @@
 """Build the cluster of a validated spec on its cloud.
 
-Each cloud package exposes the same `Cluster` component role (DESIGN §4); this module only picks the
+Each cloud package exposes the same `Cluster` component role (docs/architecture.md); this module only picks the
 package, importing the other cloud's SDK never.
 """
 

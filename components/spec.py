@@ -267,7 +267,7 @@ class Cluster:
 
     @property
     def tags(self) -> dict[str, str]:
-        """Tags for every taggable resource: ours, then the user's (DESIGN §4)."""
+        """Tags for every taggable resource: ours, then the user's (docs/architecture.md)."""
         return {
             NAME_TAG: self.spec.name,
             "gpu-cluster:tier": self.spec.tier,
@@ -278,7 +278,7 @@ class Cluster:
 
 
 def node_is_spot(purchase: Purchase, index: int) -> bool:
-    """Whether node `index` is bought as spot: `mixed` keeps node 0 on-demand (DESIGN §3)."""
+    """Whether node `index` is bought as spot: `mixed` keeps node 0 on-demand (docs/architecture.md, stack file)."""
     return purchase == "spot" or (purchase == "mixed" and index > 0)
 
 

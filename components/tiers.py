@@ -1,4 +1,4 @@
-"""What entry, mid and large mean on each cloud (DESIGN §2). Pure functions over the catalog.
+"""What entry, mid and large mean on each cloud (docs/architecture.md). Pure functions over the catalog.
 
 A tier is a rule over catalogued shapes (GPU model, count, interconnect, RDMA), a default shape per
 cloud, node limits and storage/snapshot defaults. Which shapes fit is derived from the catalog, so a
@@ -120,7 +120,7 @@ class Resolution:
 def _gpu_count_wanted(rule: TierRule, cloud: Cloud) -> int:
     """The tier's GPU count, or the smallest larger count the cloud sells when it sells none.
 
-    AWS sells no 4×A100 shape (p4d/p4de come in one size, 8 GPUs; shared/facts/aws.md), so the mid
+    AWS sells no 4×A100 shape (p4d/p4de come in one size, 8 GPUs: docs.aws.amazon.com/ec2/latest/instancetypes/ac.html), so the mid
     tier on AWS resolves to 8×A100 — and says so in the plan.
     """
     counts = sorted(

@@ -1,4 +1,4 @@
-"""The AWS cluster (DESIGN §4): network → storage → backup → budget → compute → monitoring.
+"""The AWS cluster (docs/architecture.md): network → storage → backup → budget → compute → monitoring.
 
 Every role is its own component (`gpu-cluster:aws:<Role>`), parented here and named
 `<cluster name>-<role>`. `exports` are the stack outputs `__main__.py` publishes.

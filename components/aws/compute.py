@@ -1,4 +1,4 @@
-"""Compute role on AWS (DESIGN §4): the GPU nodes, packed in one zone.
+"""Compute role on AWS (docs/architecture.md): the GPU nodes, packed in one zone.
 
 A cluster placement group for every multi-node or large cluster; one launch template (Deep Learning
 AMI, IMDSv2 only, encrypted gp3 root, least-privilege instance profile, every EFA card of the shape,
@@ -166,7 +166,8 @@ class Compute(pulumi.ComponentResource):
                     security_groups=[args.security_group_id],
                     delete_on_termination="true",
                     # No public IP (CKV_AWS_88). AWS rejects the setting when there are several
-                    # interfaces; the private subnet never maps public IPs anyway (shared/facts/aws.md).
+                    # interfaces (EC2 user guide, "Network interfaces": a public IP only on a single-interface launch);
+                    # the private subnet never maps public IPs anyway.
                     associate_public_ip_address="false" if args.shape.rdma_interfaces in (0, 1) else None,
                 )
                 for nic in network_interfaces(args.shape.rdma_interfaces or 0)

@@ -1,4 +1,4 @@
-"""Network role on AWS (DESIGN §4): a VPC with one private node subnet in the cluster's zone, a public
+"""Network role on AWS (docs/architecture.md): a VPC with one private node subnet in the cluster's zone, a public
 subnet for the NAT gateway, an S3 gateway endpoint, VPC flow logs and the node security group.
 
 With `existing_subnet_id` no VPC is created: the given subnet is looked up (for its VPC) and only the
@@ -77,7 +77,7 @@ class Network(pulumi.ComponentResource):
         self.security_group_id = sg.id
         # EFA needs every protocol in and out between members of one security group, referenced by
         # the group itself (not by CIDR): EFA traffic is OS-bypass and only matches group references
-        # (shared/facts/aws.md "EFA"; AWS "Get started with EFA", step 1). That is the only wide rule.
+        # (EC2 user guide, "Get started with EFA", step 1: the group allows all traffic to and from itself). That is the only wide rule.
         aws.vpc.SecurityGroupIngressRule(
             f"{name}-nodes-in-self", security_group_id=sg.id, referenced_security_group_id=sg.id,
             ip_protocol="-1", description="all traffic from the group itself (EFA, NCCL)",
@@ -144,7 +144,7 @@ class Network(pulumi.ComponentResource):
         return vpc.id, nodes.id
 
     def _flow_logs(self, name: str, args: NetworkArgs, vpc: aws.ec2.Vpc, child: pulumi.ResourceOptions) -> None:
-        """VPC flow logs to CloudWatch Logs (CKV2_AWS_11, FSBP EC2.6; shared/facts/aws.md)."""
+        """VPC flow logs to CloudWatch Logs (CKV2_AWS_11, FSBP EC2.6)."""
         group = aws.cloudwatch.LogGroup(
             f"{name}-flow-logs", retention_in_days=FLOW_LOG_RETENTION_DAYS,
             tags=tagged(args.tags, f"{name}-flow-logs"), opts=child)

@@ -1,4 +1,4 @@
-"""Storage role on AWS (DESIGN §4): FSx for Lustre PERSISTENT_2 in the node subnet (with an S3 data
+"""Storage role on AWS (docs/architecture.md): FSx for Lustre PERSISTENT_2 in the node subnet (with an S3 data
 repository association when asked), the private checkpoint bucket, and the per-node data volumes.
 
 Data safety: the file system, the bucket and the data volumes are `protect=True`, and their logical

@@ -22,7 +22,7 @@ FORECAST_PCT = 100
 # A budget needs a validity window (period_begin / period_end, "YYYY-MM" for monthly budgets,
 # provider doc billing_budget). It is fixed here, not taken from the clock, so that every render of
 # the same stack is identical: ten years from the month after these facts were gathered
-# (facts/tencentcloud.md, 2026-11-30). Whether Tencent accepts a window that began before the
+# (2026-11-30). Whether Tencent accepts a window that began before the
 # deployment month is unconfirmed; if it refuses, move PERIOD_BEGIN — one place.
 PERIOD_BEGIN = "2026-12"
 PERIOD_END = "2036-11"

@@ -2,7 +2,7 @@
 
 Packing: Tencent's placement groups (`placement.Group`, type HOST | SW | RACK) are disaster-recovery
 groups that put every member on a *different* host, switch or rack — they spread instances apart and
-cannot pack them (facts/tencentcloud.md, "placement group"; CVM "spread placement group" docs). HCC
+cannot pack them (CVM documentation, "Spread placement groups": intl.cloud.tencent.com/document/product/213/15486). HCC
 RDMA shapes are instead created inside an HPC cluster: `cvm.HpcCluster(zone)` plus `hpc_cluster_id`
 on every instance, which keeps the nodes on one RDMA fabric in the zone (provider doc r/instance
 v1.82.42, hpc_cluster_id: "If the instance created is a high-performance computing instance, you

@@ -2,7 +2,7 @@
 
 Everything here outlives the nodes: each resource is `protect`ed and named only from the cluster
 name (and the node index for disks), never from tier, instance type or node count, so changing
-those never replaces data (DESIGN §4).
+those never replaces data (docs/architecture.md).
 """
 
 from __future__ import annotations
