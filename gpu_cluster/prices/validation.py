@@ -99,6 +99,8 @@ def describe(root: type[BaseModel], prefix: str, err: dict) -> str:
         allowed = ", ".join(model.model_fields) if model else ""
         return f"{path}: unknown key {loc[-1]!r}; allowed keys here: {allowed}"
     msg = err["msg"].removeprefix("Value error, ")
+    if isinstance(err.get("input"), dict) and kind == "value_error":
+        return f"{path}: {msg}"
     text = f"{path}={short(err.get('input'))}: {msg}"
     help_text = _help(root, loc)
     return text + (f" (allowed: {help_text})" if help_text and "allowed" not in msg else "")
