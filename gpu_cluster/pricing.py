@@ -1,9 +1,12 @@
-"""Monthly price of a plan from the catalog (pure functions over a Plan; no Pulumi).
+"""Monthly price of a plan from its price book (pure functions over a Plan; no Pulumi).
 
-Works on plan files and `pulumi stack export` files alike. Every line item names the catalog
-source of its price. A resource whose price nobody published is an *unpriced* item — listed, never
-counted as zero — and a usage-billed resource (buckets, data transfer) is listed with its unit
-price but not estimated.
+Works on plan files and `pulumi stack export` files alike. Prices come from a `PriceBook`
+(gpu_cluster/prices): a user price file, then the committed price cache, then the public catalog —
+every line item names the origin, source and date of its price. A resource whose price no source
+gives is an *unpriced* item — listed, never counted as zero — and a usage-billed resource (buckets,
+public traffic) is listed with its unit price but not estimated. A price quoted in another currency
+than the cloud's total (Tencent's international-site USD figures in a CNY total) is converted at the
+book's dated exchange rate and flagged as an estimate.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from typing import Any, Optional
 
 from components import catalog
 from gpu_cluster.plan import Plan, Resource, number
+from gpu_cluster.prices import NO_KEY, PriceBook, load_book
+from gpu_cluster.prices.catalog import spot_discount
 
 HOURS_PER_MONTH = 730
 
@@ -27,7 +32,11 @@ TC_INSTANCE = "tencentcloud:Instance/instance:Instance"
 TC_DISK = "tencentcloud:Cbs/storage:Storage"
 TC_CFS = "tencentcloud:Cfs/fileSystem:FileSystem"
 TC_NAT = "tencentcloud:Nat/gateway:Gateway"
+TC_EIP = "tencentcloud:Eip/instance:Instance"
 TC_BUCKET = "tencentcloud:Cos/bucket:Bucket"
+
+CURRENCY = {"aws": "USD", "tencentcloud": "CNY"}
+"""The currency each cloud's total is given in (the sample stacks' budgets)."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +50,12 @@ class LineItem:
     source: str
     estimate: bool = False
     note: str = ""
+    origin: str = ""
+    """Which source priced it: "price file", "cache", "catalog"; "" when unpriced."""
+    as_of: str = ""
+    """The date of that price."""
+    lookup: str = ""
+    """What was looked up: `cloud item key @ region` (the key a price file or cache entry needs)."""
 
 
 @dataclass
@@ -48,6 +63,8 @@ class MonthlyCost:
     currency: str
     items: list[LineItem] = field(default_factory=list)
     usage_based: list[LineItem] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
+    """The price book's sources in precedence order, its discounts and exchange rate."""
 
     @property
     def total(self) -> float:
@@ -61,16 +78,25 @@ class MonthlyCost:
     def estimate(self) -> bool:
         return any(i.estimate for i in self.items)
 
+    def by_origin(self) -> dict[str, float]:
+        """Monthly total per price origin (price file / cache / catalog)."""
+        out: dict[str, float] = {}
+        for i in self.items:
+            if i.monthly is not None:
+                out[i.origin] = round(out.get(i.origin, 0.0) + i.monthly, 2)
+        return out
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "currency": self.currency,
             "total": self.total,
             "estimate": self.estimate,
+            "by_origin": self.by_origin(),
+            "price_sources": list(self.sources),
             "items": [asdict(i) for i in self.items if i.monthly is not None],
             "unpriced": [asdict(i) for i in self.unpriced],
             "usage_based": [asdict(i) for i in self.usage_based],
         }
-
 
 
 def _region(plan: Plan) -> Optional[str]:
@@ -90,49 +116,67 @@ def _cloud(plan: Plan) -> Optional[str]:
     return None
 
 
-def _node_item(cloud: str, r: Resource, instance_type: Optional[str], count: int, spot: bool,
-               region: Optional[str]) -> LineItem:
-    shape = catalog.shape(cloud, instance_type) if instance_type else None
-    what = f"{count} × {instance_type or 'unknown type'}" + (" spot" if spot else "")
-    if shape is None or shape.price_hourly is None:
-        why = "not in the catalog" if shape is None else "no public on-demand price"
-        return LineItem(item=f"GPU nodes {what}", urn=r.urn, quantity=count * HOURS_PER_MONTH,
-                        unit="instance-hour", unit_price=None, monthly=None,
-                        source=", ".join(shape.source) if shape else "", note=why)
-    hourly, estimate, notes = shape.price_hourly, False, []
-    if spot:
-        discount = catalog.prices(cloud)["spot_discount"].get(shape.type)
-        if discount:
-            hourly = round(hourly * (1 - discount["value"]), 6)
-            notes.append(f"spot at {discount['value']:.0%} off on-demand ({discount['source']})")
+class _Pricer:
+    """Prices one plan's lines against a book, in the cloud's currency."""
+
+    def __init__(self, book: PriceBook, cloud: str, region: Optional[str]):
+        self.book, self.cloud, self.region = book, cloud, region
+        self.cost = MonthlyCost(currency=CURRENCY[cloud], sources=book.describe())
+
+    def unit(self, item: str, key: str) -> tuple[Optional[float], dict[str, Any]]:
+        """The unit price of `item`/`key` in the cost's currency, and the line's provenance fields."""
+        lookup = f"{self.cloud} {item} {key} @ {self.region or 'any region'}"
+        price = self.book.lookup(self.cloud, item, key, self.region)
+        if price is None:
+            return None, {"source": "no price in the price file, the cache or the catalog", "lookup": lookup,
+                          "note": "unpriced"}
+        value, notes, estimate = price.value, [price.note] if price.note else [], price.estimate
+        if price.currency != self.cost.currency:
+            value = round(self.book.rate.convert(value, price.currency, self.cost.currency), 8)
+            notes.append(f"{price.value:g} {price.currency} converted at {self.book.rate.label}")
+            estimate = True
+        return value, {"source": price.source, "origin": price.origin, "as_of": price.as_of, "lookup": lookup,
+                       "estimate": estimate, "note": "; ".join(notes)}
+
+    def add(self, label: str, r: Resource, item: str, key: str, quantity: float, unit: str,
+            factor: float = 1.0, note: str = "", usage: bool = False) -> None:
+        """A line: `quantity` × unit price × `factor` (730 for hourly prices of monthly lines)."""
+        price, meta = self.unit(item, key)
+        if price is None:
+            meta["note"] = "; ".join(filter(None, ["unpriced", note]))
         else:
+            meta["note"] = "; ".join(filter(None, [meta.get("note"), note]))
+        line = LineItem(item=label, urn=r.urn, quantity=quantity, unit=unit,
+                        unit_price=None if price is None else round(price * factor, 6),
+                        monthly=None if price is None or usage else round(price * factor * quantity, 2), **meta)
+        (self.cost.usage_based if usage else self.cost.items).append(line)
+
+    def node(self, r: Resource, instance_type: Optional[str], count: int, spot: bool) -> None:
+        what = f"{count} × {instance_type or 'unknown type'}" + (" spot" if spot else "")
+        label, qty = f"GPU nodes {what}", count * HOURS_PER_MONTH
+        key = instance_type or "unknown"
+        if not spot:
+            self.add(label, r, "instance", key, qty, "instance-hour")
+            return
+        price, meta = self.unit("instance_spot", key)
+        if price is not None:
+            self.cost.items.append(LineItem(item=label, urn=r.urn, quantity=qty, unit="instance-hour",
+                                            unit_price=price, monthly=round(price * qty, 2), **meta))
+            return
+        price, meta = self.unit("instance", key)
+        notes = [meta.get("note", "")] if price is not None else []
+        discount = spot_discount(self.cloud, key)
+        if price is not None and discount:
+            price = round(price * (1 - discount["value"]), 6)
+            notes.append(f"spot at {discount['value']:.0%} off on-demand ({discount['source']})")
+        elif price is not None:
             notes.append("spot priced at on-demand: no current spot discount in the catalog (upper bound)")
-        estimate = True
-    if shape.price_region and region and region != shape.price_region:
-        estimate = True
-        notes.append(f"priced at {shape.price_region} rates; {region} not catalogued")
-    return LineItem(item=f"GPU nodes {what}", urn=r.urn, quantity=count * HOURS_PER_MONTH,
-                    unit="instance-hour", unit_price=hourly,
-                    monthly=round(hourly * HOURS_PER_MONTH * count, 2),
-                    source=", ".join(shape.source), estimate=estimate, note="; ".join(notes))
+        meta.update(estimate=True, note="; ".join(filter(None, notes)) if price is not None else "unpriced")
+        self.cost.items.append(LineItem(item=label, urn=r.urn, quantity=qty, unit="instance-hour", unit_price=price,
+                                        monthly=None if price is None else round(price * qty, 2), **meta))
 
 
-def _per_unit(item: str, r: Resource, quantity: float, unit: str, entry: dict, estimate: bool = False,
-              note: str = "") -> LineItem:
-    price = entry.get("price")
-    if entry.get("unconfirmed"):
-        estimate = True
-        note = "; ".join(filter(None, [note, "price from a third-party source, not AWS's table"]))
-    return LineItem(item=item, urn=r.urn, quantity=quantity, unit=unit, unit_price=price,
-                    monthly=None if price is None else round(price * quantity, 2),
-                    source=entry["source"], estimate=estimate, note=note)
-
-
-def _aws(plan: Plan, region: Optional[str]) -> MonthlyCost:
-    p = catalog.prices("aws")
-    cost = MonthlyCost(currency=p["currency"])
-    off_region = bool(region and region != p["region"])
-    region_note = f"priced at {p['region']} rates" if off_region else ""
+def _aws(p: _Pricer, plan: Plan) -> None:
     templates = {}
     for lt in plan.of_type(AWS_LAUNCH_TEMPLATE):
         for key in (lt.id, lt.outputs.get("id"), lt.name):
@@ -145,18 +189,18 @@ def _aws(plan: Plan, region: Optional[str]) -> MonthlyCost:
 
     def root_disks(lt: Optional[Resource], r: Resource, count: int) -> None:
         for bdm in (lt.props.get("blockDeviceMappings") or []) if lt else []:
-            size = number((bdm.get("ebs") or {}).get("volumeSize"))
+            ebs = bdm.get("ebs") or {}
+            size = number(ebs.get("volumeSize"))
             if size:
-                cost.items.append(_per_unit(f"EBS gp3 {bdm.get('deviceName', '')} {size:.0f} GB × {count}", r,
-                                            size * count, "GB-month", p["ebs_gp3_gb_month"],
-                                            off_region, region_note))
+                p.add(f"EBS {ebs.get('volumeType') or 'gp3'} {bdm.get('deviceName', '')} {size:.0f} GB × {count}", r,
+                      "ebs_gb_month", ebs.get("volumeType") or "gp3", size * count, "GB-month")
 
     for r in plan.of_type(AWS_INSTANCE):
         lt = template_of(r)
         itype = r.props.get("instanceType") or (lt.props.get("instanceType") if lt else None)
         market = (r.props.get("instanceMarketOptions") or {}).get("marketType") or (
             ((lt.props.get("instanceMarketOptions") or {}).get("marketType")) if lt else None)
-        cost.items.append(_node_item("aws", r, itype, 1, market == "spot", region))
+        p.node(r, itype, 1, market == "spot")
         root_disks(lt, r, 1)
     for r in plan.of_type(AWS_ASG):
         lt = template_of(r)
@@ -167,64 +211,72 @@ def _aws(plan: Plan, region: Optional[str]) -> MonthlyCost:
         spot = 0 if not dist else round((count - base) * (1 - (above if above is not None else 100) / 100))
         itype = lt.props.get("instanceType") if lt else None
         if count - spot:
-            cost.items.append(_node_item("aws", r, itype, count - spot, False, region))
+            p.node(r, itype, count - spot, False)
         if spot:
-            cost.items.append(_node_item("aws", r, itype, spot, True, region))
+            p.node(r, itype, spot, True)
         root_disks(lt, r, count)
     for r in plan.of_type(AWS_VOLUME):
         size = number(r.props.get("size")) or 0
-        cost.items.append(_per_unit(f"EBS {r.props.get('type', 'gp3')} {r.name} {size:.0f} GB", r, size,
-                                    "GB-month", p["ebs_gp3_gb_month"], off_region, region_note))
+        vtype = r.props.get("type") or "gp3"
+        p.add(f"EBS {vtype} {r.name} {size:.0f} GB", r, "ebs_gb_month", vtype, size, "GB-month")
     for r in plan.of_type(AWS_FSX):
         size = number(r.props.get("storageCapacity")) or 0
         tput = int(number(r.props.get("perUnitStorageThroughput")) or 0)
-        entry = p["fsx_lustre_persistent2_gb_month"].get(tput, {"price": None, "source": "not catalogued"})
-        cost.items.append(_per_unit(f"FSx for Lustre {size:.0f} GiB at {tput} MB/s/TiB", r, size,
-                                    "GB-month", entry, off_region, region_note))
+        p.add(f"FSx for Lustre {size:.0f} GiB at {tput} MB/s/TiB", r, "fsx_lustre_gb_month", str(tput), size,
+              "GB-month")
     for r in plan.of_type(AWS_NAT):
-        cost.items.append(_per_unit("NAT gateway", r, HOURS_PER_MONTH, "hour", p["nat_gateway_hour"],
-                                    off_region, "; ".join(filter(None, [region_note, "data processed not estimated"]))))
+        p.add("NAT gateway", r, "nat_gateway_hour", NO_KEY, HOURS_PER_MONTH, "hour",
+              note="data processed not estimated")
     for r in plan.of_type(AWS_BUCKET):
-        cost.usage_based.append(_per_unit(f"S3 bucket {r.name}", r, 0, "GB-month stored",
-                                          p["s3_standard_gb_month"], note="billed by use"))
-    return cost
+        p.add(f"S3 bucket {r.name}", r, "s3_gb_month", "STANDARD", 0, "GB-month stored", note="billed by use",
+              usage=True)
 
 
-def _tencent(plan: Plan, region: Optional[str]) -> MonthlyCost:
-    p = catalog.prices("tencentcloud")
-    cost = MonthlyCost(currency=p["currency"])
+def _tencent(p: _Pricer, plan: Plan) -> None:
     for r in plan.of_type(TC_INSTANCE):
         spot = r.props.get("instanceChargeType") == "SPOTPAID"
-        cost.items.append(_node_item("tencentcloud", r, r.props.get("instanceType"), 1, spot, region))
+        p.node(r, r.props.get("instanceType"), 1, spot)
         size = number(r.props.get("systemDiskSize"))
         if size:
-            cost.items.append(_per_unit(f"CBS system disk {size:.0f} GB", r, size, "GB-month", p["cbs_gb_month"]))
+            dtype = r.props.get("systemDiskType") or "CLOUD_PREMIUM"
+            p.add(f"CBS system disk {dtype} {size:.0f} GB", r, "cbs_gb_month", dtype, size, "GB-month")
         for disk in r.props.get("dataDisks") or []:
             size = number(disk.get("dataDiskSize")) if isinstance(disk, dict) else None
             if size:
-                cost.items.append(_per_unit(f"CBS {disk.get('dataDiskType', '')} instance disk {size:.0f} GB", r,
-                                            size, "GB-month", p["cbs_gb_month"]))
+                dtype = disk.get("dataDiskType") or "CLOUD_PREMIUM"
+                p.add(f"CBS {dtype} instance disk {size:.0f} GB", r, "cbs_gb_month", dtype, size, "GB-month")
     for r in plan.of_type(TC_DISK):
         size = number(r.props.get("storageSize")) or 0
-        cost.items.append(_per_unit(f"CBS {r.props.get('storageType', '')} {r.name} {size:.0f} GB", r, size,
-                                    "GB-month", p["cbs_gb_month"]))
+        dtype = r.props.get("storageType") or "CLOUD_PREMIUM"
+        p.add(f"CBS {dtype} {r.name} {size:.0f} GB", r, "cbs_gb_month", dtype, size, "GB-month")
     for r in plan.of_type(TC_CFS):
         size = number(r.props.get("capacity")) or 0
-        cost.items.append(_per_unit(f"CFS Turbo {r.props.get('storageType', '')} {size:.0f} GiB", r, size,
-                                    "GiB-month", p["cfs_turbo_gib_month"]))
+        kind = r.props.get("storageType") or ""
+        p.add(f"CFS Turbo {kind} {size:.0f} GiB", r, "cfs_turbo_gib_month", kind or "unknown", size, "GiB-month")
     for r in plan.of_type(TC_NAT):
-        cost.items.append(_per_unit("NAT gateway", r, HOURS_PER_MONTH, "hour", p["nat_gateway_hour"]))
+        p.add("NAT gateway", r, "nat_gateway_hour", NO_KEY, HOURS_PER_MONTH, "hour",
+              note="public traffic billed by use (see the EIP line)")
+    for r in plan.of_type(TC_EIP):
+        p.add(f"EIP {r.name} public traffic", r, "eip_traffic_gb", NO_KEY, 0, "GB out", note="billed by use",
+              usage=True)
     for r in plan.of_type(TC_BUCKET):
-        cost.usage_based.append(_per_unit(f"COS bucket {r.name}", r, 0, "GB-month stored",
-                                          p["cos_standard_gb_month"], note="billed by use"))
-    return cost
+        p.add(f"COS bucket {r.name}", r, "cos_gb_month", "STANDARD", 0, "GB-month stored", note="billed by use",
+              usage=True)
 
 
-def price_plan(plan: Plan) -> MonthlyCost:
-    """The monthly cost of every priced resource in `plan`, by catalog price."""
+def price_plan(plan: Plan, book: Optional[PriceBook] = None) -> MonthlyCost:
+    """The monthly cost of every priced resource in `plan`.
+
+    `book` defaults to the committed price cache (prices/cache.json, when present) over the catalog.
+    """
     cloud, region = _cloud(plan), _region(plan)
-    if cloud == "aws":
-        return _aws(plan, region)
-    if cloud == "tencentcloud":
-        return _tencent(plan, region)
-    return MonthlyCost(currency="USD")
+    if cloud not in CURRENCY:
+        return MonthlyCost(currency="USD")
+    pricer = _Pricer(book if book is not None else load_book(), cloud, region)
+    (_aws if cloud == "aws" else _tencent)(pricer, plan)
+    return pricer.cost
+
+
+def pricer_for(book: PriceBook):
+    """A one-argument pricer (plan → MonthlyCost) over `book`, for `run_policies(..., pricer=...)`."""
+    return lambda plan: price_plan(plan, book)

@@ -1,14 +1,26 @@
-"""The pricer: catalog prices × quantities, unpriced items listed (never zero), spot and region flagged."""
+"""The pricer over the public catalog: prices × quantities, unpriced items listed (never zero), spot,
+region and currency conversion flagged. Every test prices with the catalog alone (no price file, no
+cache), so a committed prices/cache.json cannot change what these figures mean."""
 
 from __future__ import annotations
 
 import pytest
 
 from gpu_cluster.plan import Plan
-from gpu_cluster.pricing import HOURS_PER_MONTH, price_plan
+from gpu_cluster import pricing
+from gpu_cluster.prices import catalog_book
+from gpu_cluster.pricing import HOURS_PER_MONTH
 
 P5, P4D, G4DN = 55.04, 21.957642, 0.526
 GP3, FSX125, NAT = 0.08, 0.145, 0.045
+FSX250, FSX500, FSX1000 = 0.282, 0.471, 0.849      # ap-northeast-1 (2022), third-party: estimates
+USD_CNY = 7.1057                                     # catalog exchange rate (CFETS 2025-09-23)
+GN7, HSSD, TC_NAT = 1.26, 0.219, 0.089              # Tencent international site, USD
+CFS_TB, CFS_TP = 0.6, 1.4                            # CNY per GiB-month
+
+
+def price_plan(plan):
+    return pricing.price_plan(plan, catalog_book())
 
 
 def export(*resources: dict, region: str = "us-east-1", cloud: str = "aws") -> Plan:
@@ -51,21 +63,40 @@ def test_aws_large_by_hand():
 
 def test_unknown_prices_are_unpriced_not_zero():
     plan = export(res("aws:fsx/lustreFileSystem:LustreFileSystem", "lustre", storageCapacity=4800,
-                      perUnitStorageThroughput=500))
+                      perUnitStorageThroughput=750))
     cost = price_plan(plan)
     assert cost.total == 0 and len(cost.unpriced) == 1
     assert cost.unpriced[0].monthly is None and cost.unpriced[0].unit_price is None
-    assert cost.as_dict()["unpriced"][0]["item"].startswith("FSx for Lustre 4800 GiB at 500")
+    assert cost.as_dict()["unpriced"][0]["item"].startswith("FSx for Lustre 4800 GiB at 750")
+    assert cost.unpriced[0].lookup == "aws fsx_lustre_gb_month 750 @ us-east-1" and cost.unpriced[0].origin == ""
+
+
+@pytest.mark.parametrize("tput,price", [(250, FSX250), (500, FSX500), (1000, FSX1000)])
+def test_fsx_persistent2_classes_are_priced_as_estimates_at_the_rates_found(tput, price):
+    plan = export(res("aws:fsx/lustreFileSystem:LustreFileSystem", "lustre", storageCapacity=4800,
+                      perUnitStorageThroughput=tput))
+    (item,) = price_plan(plan).items
+    assert item.monthly == pytest.approx(4800 * price, abs=0.01)
+    assert item.estimate and "ap-northeast-1 rates" in item.note and item.origin == "catalog"
+    assert item.as_of == "2022-09-03"
 
 
 def test_tencent_shapes_without_public_price_are_unpriced():
     plan = export(res("tencentcloud:Instance/instance:Instance", "node-0", instanceType="GT4.20XLARGE474",
-                      instanceChargeType="POSTPAID_BY_HOUR", systemDiskSize=200),
+                      instanceChargeType="POSTPAID_BY_HOUR", systemDiskType="LOCAL_BASIC", systemDiskSize=200),
                   cloud="tencentcloud", region="ap-shanghai")
     cost = price_plan(plan)
     assert cost.currency == "CNY" and cost.total == 0
-    assert [i.item for i in cost.unpriced] == ["GPU nodes 1 × GT4.20XLARGE474", "CBS system disk 200 GB"]
-    assert cost.unpriced[0].note == "no public on-demand price"
+    assert [i.item for i in cost.unpriced] == ["GPU nodes 1 × GT4.20XLARGE474", "CBS system disk LOCAL_BASIC 200 GB"]
+    assert cost.unpriced[0].note == "unpriced"
+
+
+def test_usd_prices_in_a_cny_total_are_converted_at_the_dated_rate_and_flagged():
+    plan = export(res("tencentcloud:Instance/instance:Instance", "node-0", instanceType="GN7.2XLARGE32",
+                      instanceChargeType="POSTPAID_BY_HOUR"), cloud="tencentcloud", region="ap-guangzhou")
+    (item,) = price_plan(plan).items
+    assert item.monthly == pytest.approx(GN7 * USD_CNY * 730, abs=0.05)
+    assert item.estimate and "converted at 1 USD = 7.1057 CNY" in item.note and "2025-09-23" in item.note
 
 
 def test_spot_uses_the_catalog_discount_where_known():
@@ -99,16 +130,11 @@ def test_auto_scaling_groups_split_on_demand_base_and_spot():
 
 
 # Hand-computed from the catalog rows (instances.yaml, prices.yaml): 730 h a month; gp3 $0.08/GB-month;
-# NAT $0.045/h; FSx PERSISTENT_2 at 250/500 MB/s/TiB has no source, so it is unpriced.
+# NAT $0.045/h; FSx PERSISTENT_2 250/500 at the ap-northeast-1 figures.
 SAMPLE_TOTALS = {
-    "aws-entry": 0.526 * 730 + 100 * GP3 + 200 * GP3 + 730 * NAT,                 # 1 × g4dn.xlarge
-    "aws-mid": 21.957642 * 730 + 200 * GP3 + 1000 * GP3 + 730 * NAT,             # 1 × p4d.24xlarge
-    "aws-large": 2 * 55.04 * 730 + 2 * 500 * GP3 + 2 * 1000 * GP3 + 730 * NAT,   # 2 × p5.48xlarge
-}
-SAMPLE_UNPRICED = {
-    "aws-entry": set(),
-    "aws-mid": {"FSx for Lustre 2400 GiB at 250 MB/s/TiB"},
-    "aws-large": {"FSx for Lustre 4800 GiB at 500 MB/s/TiB"},
+    "aws-entry": 0.526 * 730 + 100 * GP3 + 200 * GP3 + 730 * NAT,                                  # 1 × g4dn.xlarge
+    "aws-mid": 21.957642 * 730 + 200 * GP3 + 1000 * GP3 + 730 * NAT + 2400 * FSX250,              # 1 × p4d.24xlarge
+    "aws-large": 2 * 55.04 * 730 + 2 * 500 * GP3 + 2 * 1000 * GP3 + 730 * NAT + 4800 * FSX500,    # 2 × p5.48xlarge
 }
 
 
@@ -116,17 +142,30 @@ SAMPLE_UNPRICED = {
 def test_aws_sample_stacks_price_as_computed_by_hand(sample_plan, stack):
     cost = price_plan(sample_plan(stack))
     assert cost.total == pytest.approx(SAMPLE_TOTALS[stack], abs=0.05)
-    assert {i.item for i in cost.unpriced} == SAMPLE_UNPRICED[stack]
+    assert cost.unpriced == []
+    assert all(i.origin == "catalog" and i.as_of for i in cost.items)
     assert [i.item for i in cost.usage_based] == [i.item for i in cost.usage_based if i.item.startswith("S3 bucket")]
     assert len(cost.usage_based) == 1
 
 
-# disks: persistent CBS data disks, plus tencent-mid's per-node scratch disk (an instance data disk).
-@pytest.mark.parametrize("stack,nodes,disks", [("tencent-entry", 1, 1), ("tencent-mid", 2, 4), ("tencent-large", 2, 2)])
-def test_tencent_sample_stacks_list_every_item_as_unpriced(sample_plan, stack, nodes, disks):
+# Tencent in CNY: international-site USD prices × the catalog rate, CFS Turbo in CNY. What no public
+# page prices stays unpriced: the GT4 and HCC GPU nodes and the HCC local system disks.
+TC_TOTALS = {
+    "tencent-entry": (GN7 * 730 + HSSD * (100 + 200) + TC_NAT * 730) * USD_CNY,
+    "tencent-mid": (HSSD * (2 * 200 + 2 * 1000 + 2 * 1000) + TC_NAT * 730) * USD_CNY + 20480 * CFS_TP,
+    "tencent-large": (HSSD * 2 * 2000 + TC_NAT * 730) * USD_CNY + 40960 * CFS_TB,
+}
+TC_UNPRICED = {
+    "tencent-entry": [],
+    "tencent-mid": ["GPU nodes 1 × GT4.20XLARGE474"] * 2,
+    "tencent-large": ["GPU nodes 1 × HCCPNV6.96XLARGE2304", "CBS system disk LOCAL_BASIC 500 GB"] * 2,
+}
+
+
+@pytest.mark.parametrize("stack", sorted(TC_TOTALS))
+def test_tencent_sample_stacks_price_what_public_pages_price(sample_plan, stack):
     cost = price_plan(sample_plan(stack))
-    assert cost.currency == "CNY" and cost.total == 0 and cost.as_dict()["items"] == []
-    kinds = [i.item.split(" ")[0] + " " + i.item.split(" ")[1] for i in cost.unpriced]
-    assert kinds.count("GPU nodes") == nodes and kinds.count("CBS system") == nodes
-    assert sum(1 for i in cost.unpriced if i.item.startswith("CBS ") and "system" not in i.item) == disks
-    assert ("CFS Turbo" in kinds) == (stack != "tencent-entry")
+    assert cost.currency == "CNY"
+    assert cost.total == pytest.approx(TC_TOTALS[stack], abs=0.5)
+    assert sorted(i.item for i in cost.unpriced) == sorted(TC_UNPRICED[stack])
+    assert {i.item.split(" ")[0] for i in cost.usage_based} == {"EIP", "COS"}

@@ -4,4 +4,4 @@
 dependencies (Pulumi, the provider SDKs, cloud SDKs) inside `run`, so `--help` stays instant.
 """
 
-NAMES = ("plan", "check", "review", "catalog")
+NAMES = ("plan", "check", "review", "catalog", "prices", "recommend")

@@ -25,6 +25,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="any Pulumi.<stack>.yaml (repeatable)")
     p.add_argument("--out", default="build/plans", metavar="DIR", help="output folder (default: build/plans)")
     p.add_argument("--policy-config", metavar="FILE", help="policy-config JSON file (Pulumi's format)")
+    p.add_argument("--prices", metavar="FILE", help="price file (negotiated rates) over the price cache and the "
+                   "catalog; default: each stack's gpu-cluster:prices key, if any")
     p.set_defaults(run=run)
 
 
@@ -91,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
                 rendered = render(stack_file)
                 plan_doc = rendered.plan()
                 plan = Plan.from_doc(plan_doc)
-                report = build_report(rendered, plan, policy_config)
+                report = build_report(rendered, plan, policy_config, prices=args.prices, stack_file=stack_file)
             except (UserError, SpecError) as e:
                 progress.error(f"{path}: {e}")
                 status = EXIT_BAD_INPUT

@@ -1,0 +1,112 @@
+"""`gpu-cluster recommend WORKLOAD.yaml`: rank candidate clusters for a training workload, and write the best as a stack.
+
+For each allowed cloud, tier and shape: whether the model fits in GPU memory, the training hours,
+the run's cost and the monthly cost, whether that is within budget, and why (the model: see
+gpu_cluster/recommend.py and the README). `--write-stack PATH` writes the top pick as a stack file
+that `gpu-cluster plan --stack-file PATH` renders. Exit 0 with a recommendation, 1 when no candidate
+fits memory, time and budget (saying which constraint failed and what would fit), 2 for a bad
+workload file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from gpu_cluster import ui
+from gpu_cluster.errors import EXIT_OK, EXIT_VIOLATION, UserError
+
+PLACEHOLDER_EMAIL = "change-me@example.com"
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("recommend", help="rank clusters for a training workload; --write-stack writes the top pick",
+                       description=__doc__.split("\n\n")[0].split(": ", 1)[1])
+    p.add_argument("workload", metavar="WORKLOAD.yaml", help="workload file (see examples/workloads/)")
+    p.add_argument("--prices", metavar="FILE", help="a price file (negotiated rates) over the cache and the catalog")
+    p.add_argument("--usd-cny", type=float, metavar="RATE", help="CNY per USD for comparing currencies "
+                   "(default: the workload's usd_cny, else the price file's, else the catalog's dated rate)")
+    p.add_argument("--write-stack", metavar="PATH", help="write the top pick as a stack file (Pulumi.<name>.yaml)")
+    p.add_argument("--email", action="append", default=[], metavar="ADDR",
+                   help=f"budget alert address for the written stack (repeatable; default {PLACEHOLDER_EMAIL}, "
+                        f"which you must replace)")
+    p.add_argument("--top", type=int, default=12, metavar="N", help="rows to show (default 12; --json has all)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(run=run)
+
+
+def _money(value, cur: str) -> str:
+    return "unpriced" if value is None else f"{value:,.0f} {cur}"
+
+
+def run(args: argparse.Namespace) -> int:
+    import math
+
+    import yaml
+
+    from gpu_cluster import workload as wl
+    from gpu_cluster.prices import load_book
+    from gpu_cluster.recommend import recommend, stack_document
+
+    w = wl.load(Path(args.workload))
+    if args.usd_cny is not None and not (math.isfinite(args.usd_cny) and args.usd_cny > 0):
+        raise UserError(f"--usd-cny {args.usd_cny!r}: allowed: a positive number of CNY per USD, e.g. 7.1")
+    if args.top < 1:
+        raise UserError(f"--top {args.top}: allowed: 1 or more")
+    book = load_book(Path(args.prices) if args.prices else None,
+                     usd_cny=args.usd_cny if args.usd_cny is not None else w.usd_cny)
+    rec = recommend(w, book)
+    top = rec.top
+    written = None
+    if top is not None and args.write_stack:
+        emails = tuple(args.email) or (PLACEHOLDER_EMAIL,)
+        doc = stack_document(rec, top, emails)
+        path = Path(args.write_stack)
+        header = (f"# Written by `gpu-cluster recommend {args.workload}` for workload {w.name}: {top.nodes} × "
+                  f"{top.shape.type} ({top.cloud} {top.tier}, {top.purchase}), est. {top.hours:,.0f} h of training, "
+                  f"{top.monthly_cost:,.0f} {rec.currency}/month in the month of the run.\n"
+                  f"# Exchange rate: {rec.rate.label}.\n"
+                  + (f"# Replace the placeholder budget e-mail {PLACEHOLDER_EMAIL}.\n" if not args.email else "")
+                  + (f"# The GPU nodes cost more than the budget if left running all month ({top.node_month:,.0f} "
+                     f"{top.cost_currency} for 730 h): stop or destroy them when the run ends.\n"
+                     if top.hours < 730 and rec.rate.convert(top.node_month or 0, top.cost_currency, rec.currency)
+                     > w.budget.monthly_limit else ""))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(header + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True), encoding="utf-8")
+        written = path
+    if args.json:
+        data = rec.as_dict()
+        data["stack_file"] = str(written) if written else None
+        ui.out.print_json(json.dumps(data))
+        return EXIT_OK if top else EXIT_VIOLATION
+    cur = rec.currency
+    ui.line(f"workload {w.name}: {w.model_params:.3g} parameters, {w.method}, {rec.tokens:.3g} training tokens "
+            f"→ {rec.flops:.3g} FLOPs; budget {w.budget.monthly_limit:,.0f} {cur}/month"
+            + (f", target {w.target_hours:g} h" if w.target_hours else ""))
+    a = rec.assumptions
+    ui.line(f"model: {a['bytes_per_param']:g} bytes/param sharded over all GPUs, {a['usable_gpu_memory']:.0%} of GPU "
+            f"memory usable; {a['flops_per_param_token']} × params × tokens FLOPs at {a['mfu']:.0%} of peak dense "
+            f"BF16/FP16" + (f"; {a['bytes_per_token']:g} bytes/token" if a["bytes_per_token"] else "")
+            + f"; exchange rate {rec.rate.label}")
+    rows = []
+    for i, c in enumerate(rec.candidates[:args.top], 1):
+        rows.append([i, c.cloud, c.tier, c.shape.type, c.nodes, c.purchase,
+                     "yes" if c.fits_memory else "no", f"{c.hours:,.0f}", _money(c.run_cost, cur),
+                     _money(c.monthly_cost, cur),
+                     {True: "yes", False: "no", None: "unknown"}[c.within_budget], c.why])
+    ui.table(["#", "cloud", "tier", "shape", "nodes", "purchase", "fits memory", "hours", "run cost", "monthly cost",
+              "within budget", "why"], rows, right=("#", "nodes", "hours", "run cost", "monthly cost"),
+             title=f"candidates ({len(rec.candidates)}; best first)")
+    for line in book.describe():
+        ui.line(f"prices: {line}")
+    if top is None:
+        ui.line("no candidate fits memory, time and budget:")
+        for line in rec.what_would_fit():
+            ui.line(f"  - {line}")
+        return EXIT_VIOLATION
+    ui.line(f"recommendation: {top.nodes} × {top.shape.type} on {top.cloud} ({top.tier}, {top.purchase}) in "
+            f"{top.zone}: {top.hours:,.0f} h, run {top.run_cost:,.0f} {cur}, {top.monthly_cost:,.0f} {cur}/month")
+    if written:
+        ui.line(f"stack file written to {written}; render it with `gpu-cluster plan --stack-file {written}`")
+    return EXIT_OK

@@ -1,0 +1,404 @@
+"""From a workload to a cluster: which cloud, tier, shape, node count and purchase option, at what cost.
+
+The model (every constant below is stated in the output and in the README):
+
+- **Memory** (does the model fit?). Training state in bytes per parameter, sharded evenly over every
+  GPU of the cluster (ZeRO-3 / FSDP), must fit in `USABLE_MEMORY` of each GPU's memory; the rest is
+  left for activations (with activation checkpointing), the CUDA context and fragmentation.
+  full and pretrain: 16 bytes/param — mixed-precision Adam keeps fp16/bf16 weights (2) and gradients
+  (2) plus fp32 master weights, momentum and variance (4 + 4 + 4): "16Ψ bytes" in Rajbhandari et al.,
+  ZeRO: Memory Optimizations Toward Training Trillion Parameter Models (arXiv:1910.02054, §3.1).
+  lora: 2 bytes/param of frozen bf16 weights plus adapters trained with Adam at 16 bytes per adapter
+  parameter, taken as 1 % of the model (Hu et al., LoRA, arXiv:2106.09685: GPT-3 175B training VRAM
+  1.2 TB → 350 GB, i.e. ≈ 2 bytes/param): 2.16 bytes/param.
+- **Time**. Training FLOPs ≈ 6 × parameters × tokens (forward + backward; Kaplan et al., Scaling Laws
+  for Neural Language Models, arXiv:2001.08361, §2.1: C ≈ 6NBS) — an upper bound for LoRA, which skips
+  the frozen weights' gradients. Hours = FLOPs / (GPUs × peak dense BF16 (FP16 on T4) TFLOPS from
+  components/catalog/gpus.yaml × `MFU`) / 3600. `MFU` = 40 %: Llama 3 405B pre-training reports
+  38-43 % BF16 model-FLOPs utilisation on 8-16 K H100s (Llama Team, The Llama 3 Herd of Models,
+  arXiv:2407.21783, Table 4). Scaling across nodes is taken as linear at that utilisation.
+- **Tokens** from a dataset size: `BYTES_PER_TOKEN` = 4 (≈ 4 characters of English text per BPE token,
+  one byte per character in UTF-8: OpenAI's tokenizer guidance, help.openai.com "What are tokens and
+  how to count them?"); tokens × epochs.
+- **Cost**. Each candidate is priced by the project's pricer on the resources its stack creates (GPU
+  nodes, root and data disks, the parallel file system, NAT), from the same price book as `plan`
+  (price file → cache → catalog). Run cost = node-hours × hours + the month's fixed items prorated
+  over the run; monthly cost = node-hours for min(hours, 730) + the fixed items for a whole month (the
+  file system and disks exist for the month the run is in). Costs in another currency than the
+  budget's are converted at the book's dated exchange rate, named in the output.
+- **Ranking**. Candidates that fit memory, time and budget first: the smallest tier that does the job
+  (fewer, more available GPUs; lower always-on cost), then the lowest monthly cost, then the fastest.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from components import catalog, tiers
+from components.catalog import Shape
+from gpu_cluster.plan import Plan
+from gpu_cluster.prices import PriceBook
+from gpu_cluster.workload import Workload
+
+BYTES_PER_PARAM = {"full": 16.0, "pretrain": 16.0, "lora": 2.16}
+USABLE_MEMORY = 0.80
+MFU = 0.40
+BYTES_PER_TOKEN = 4.0
+FLOPS_PER_PARAM_TOKEN = 6
+HOURS_PER_MONTH = 730
+GIB = 2 ** 30
+DEFAULT_REGION = {"aws": "us-east-1", "tencentcloud": "ap-shanghai"}
+"""Where candidates are placed unless the workload lists regions: AWS's catalog price region; Tencent's
+HCC/CFS Turbo region of the samples (shapes with recorded zones use their first recorded region)."""
+
+
+def gpus_catalog() -> dict[str, dict]:
+    return catalog._read("gpus.yaml")
+
+
+@dataclass
+class Candidate:
+    cloud: str
+    tier: str
+    shape: Shape
+    region: str
+    zone: str
+    nodes: int
+    purchase: str
+    gpus: int
+    need_gib: float
+    have_gib: float
+    hours: float
+    cost_currency: str
+    node_month: Optional[float]
+    fixed_month: float
+    run_cost: Optional[float] = None
+    monthly_cost: Optional[float] = None
+    within_budget: Optional[bool] = None
+    meets_time: bool = True
+    unpriced: list[str] = field(default_factory=list)
+    why: str = ""
+    storage: dict = field(default_factory=dict)
+
+    @property
+    def fits_memory(self) -> bool:
+        return self.need_gib <= self.have_gib
+
+    @property
+    def feasible(self) -> bool:
+        return self.fits_memory and self.meets_time and self.within_budget is True
+
+    def failures(self) -> list[str]:
+        out = []
+        if not self.fits_memory:
+            out.append("memory")
+        if not self.meets_time:
+            out.append("time")
+        if self.within_budget is not True:
+            out.append("budget" if self.within_budget is False else "price")
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"cloud": self.cloud, "tier": self.tier, "shape": self.shape.type, "gpu": self.shape.gpu_label,
+                "region": self.region, "zone": self.zone, "nodes": self.nodes, "gpus": self.gpus,
+                "purchase": self.purchase, "fits_memory": self.fits_memory,
+                "memory_gib_per_gpu": {"needed": round(self.need_gib, 2), "usable": round(self.have_gib, 2)},
+                "hours": round(self.hours, 1), "meets_time": self.meets_time,
+                "run_cost": None if self.run_cost is None else round(self.run_cost, 2),
+                "monthly_cost": None if self.monthly_cost is None else round(self.monthly_cost, 2),
+                "within_budget": self.within_budget, "unpriced": self.unpriced, "why": self.why,
+                "failed": self.failures()}
+
+
+@dataclass
+class Recommendation:
+    workload: Workload
+    tokens: float
+    flops: float
+    candidates: list[Candidate]
+    rate: Any
+    currency: str
+    sources: list[str]
+    assumptions: dict[str, Any]
+
+    @property
+    def top(self) -> Optional[Candidate]:
+        return self.candidates[0] if self.candidates and self.candidates[0].feasible else None
+
+    def what_would_fit(self) -> list[str]:
+        """When nothing fits: which constraint failed, and what would change that."""
+        w, cur = self.workload, self.currency
+        out = []
+        mem = [c for c in self.candidates if c.fits_memory]
+        if not mem:
+            biggest = max(self.candidates, key=lambda c: c.have_gib * c.gpus, default=None)
+            need = BYTES_PER_PARAM[w.method] * w.model_params / GIB
+            out.append(f"memory: no candidate holds {need:,.0f} GiB of training state"
+                       + (f" (the largest, {biggest.nodes} × {biggest.shape.type}, has "
+                          f"{biggest.have_gib * biggest.gpus:,.0f} GiB usable)" if biggest else "")
+                       + ("; try method: lora, a smaller model or multi_node: true" if w.method != "lora"
+                          or not w.multi_node else ""))
+            return out
+        timed = [c for c in mem if c.meets_time]
+        if not timed:
+            fastest = min(mem, key=lambda c: c.hours)
+            out.append(f"time: the fastest candidate that fits memory, {fastest.nodes} × {fastest.shape.type} "
+                       f"({fastest.cloud} {fastest.tier}), needs {fastest.hours:,.0f} h > target_hours "
+                       f"{w.target_hours:g}; a target of {math.ceil(fastest.hours):,} h would fit")
+        priced_timed = [c for c in timed if c.within_budget is not None]
+        if timed and not priced_timed:
+            out.append("price: every candidate that meets memory and time lacks a price ("
+                       + ", ".join(sorted({c.shape.type for c in timed})) + "); give them in a price file "
+                       "(--prices) or fetch them (`gpu-cluster prices fetch`)")
+        if priced_timed and not any(c.within_budget for c in priced_timed):
+            cheapest = min(priced_timed, key=lambda c: c.monthly_cost or math.inf)
+            out.append(f"budget: the cheapest candidate that meets memory and time, {cheapest.nodes} × "
+                       f"{cheapest.shape.type} ({cheapest.cloud} {cheapest.tier}, {cheapest.hours:,.0f} h), costs "
+                       f"{cheapest.monthly_cost:,.0f} {cur} a month > {w.budget.monthly_limit:,.0f} {cur}; a budget of "
+                       f"{math.ceil(cheapest.monthly_cost):,} {cur} would fit, or fewer tokens / epochs "
+                       f"(≈ {w.budget.monthly_limit / cheapest.monthly_cost:.0%} of the training)")
+            in_budget = [c for c in mem if c.within_budget]
+            if in_budget and w.target_hours:
+                slow = min(in_budget, key=lambda c: c.hours)
+                out.append(f"time: within budget, the fastest is {slow.nodes} × {slow.shape.type} at "
+                           f"{slow.hours:,.0f} h (target_hours {w.target_hours:g})")
+        unpriced_timed = [c for c in timed if c.within_budget is None]
+        if unpriced_timed and priced_timed:
+            out.append("unpriced: " + ", ".join(sorted({c.shape.type for c in unpriced_timed})) + " would meet "
+                       "memory and time but have no price; a price file or cache entry lets them be judged")
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        w = self.workload
+        return {
+            "workload": w.model_dump(mode="json"),
+            "training": {"tokens": self.tokens, "flops": self.flops},
+            "assumptions": self.assumptions,
+            "exchange_rate": self.rate.label,
+            "currency": self.currency,
+            "price_sources": self.sources,
+            "recommendation": self.top.as_dict() if self.top else None,
+            "what_would_fit": [] if self.top else self.what_would_fit(),
+            "candidates": [c.as_dict() for c in self.candidates],
+        }
+
+
+def training_tokens(w: Workload) -> float:
+    per_epoch = w.tokens if w.tokens is not None else w.dataset_gb * 1e9 / BYTES_PER_TOKEN
+    return per_epoch * w.epochs
+
+
+def _placement(cloud: str, shape: Shape, allowed: Optional[tuple[str, ...]], lustre: bool) -> Optional[tuple[str, str]]:
+    """(region, zone) for a shape, or None when it is not sold in an allowed region."""
+    sold = catalog.sold_regions(shape)
+    if cloud == "tencentcloud" and lustre:
+        turbo = catalog.limit("tencentcloud", "cfs_turbo_regions")
+        sold = tuple(r for r in sold if r in turbo) if sold else tuple(turbo)
+    if allowed:
+        regions = [r for r in allowed if not sold or r in sold]
+    elif sold:
+        regions = [DEFAULT_REGION[cloud]] if DEFAULT_REGION[cloud] in sold else [sold[0]]
+    else:
+        regions = [DEFAULT_REGION[cloud]]
+    if not regions:
+        return None
+    region = regions[0]
+    zones = [z for z in shape.zones if catalog.region_of_zone(cloud, z) == region]
+    zone = zones[0] if zones else (f"{region}a" if cloud == "aws" else f"{region}-5")
+    return region, zone
+
+
+def _valid_lustre(cloud: str, tier: str, want_gib: float) -> Optional[dict]:
+    """The tier's file system, grown to the next valid size that holds `want_gib`."""
+    d = tiers.RULES[tier].defaults
+    cap = d.lustre_capacity_gib[cloud]
+    if not cap:
+        return None
+    tput = d.lustre_throughput_per_tib[cloud]
+    if cloud == "aws":
+        inc = catalog.limit("aws", "fsx_lustre_persistent2_capacity_gib")
+        sizes = list(inc["first"])
+        while sizes[-1] < max(cap, want_gib):
+            sizes.append(sizes[-1] + inc["step"])
+    else:
+        from components.spec import tencent_turbo_type
+
+        row = catalog.limit("tencentcloud", "cfs_turbo")[tencent_turbo_type(tput)]
+        sizes = [max(cap, row["min_gib"])]
+        while sizes[-1] < want_gib:
+            sizes.append(sizes[-1] + row["step_gib"])
+    size = next(s for s in sizes if s >= max(cap, want_gib))
+    return {"capacity_gib": int(size), "throughput_per_tib": int(tput)}
+
+
+def _storage(w: Workload, cloud: str, tier: str) -> dict:
+    d = tiers.RULES[tier].defaults
+    data_gb = (w.dataset_gb or 0) * 2  # the dataset plus room for checkpoints and shuffled copies
+    lustre = _valid_lustre(cloud, tier, data_gb)
+    disk = 0 if lustre else max(100, int(math.ceil(data_gb / 100.0)) * 100)
+    return {"root_gb": d.root_gb, "data_disk_gb": disk, "lustre": lustre}
+
+
+def _synthetic_plan(cloud: str, region: str, shape: Shape, nodes: int, purchase: str, storage: dict) -> Plan:
+    """The priced resources of a candidate's stack, in plan form, for the pricer."""
+    res: list[dict] = [{"urn": f"urn:pulumi:r::p::pulumi:providers:{cloud}::default", "type": f"pulumi:providers:{cloud}",
+                        "custom": True, "inputs": {"region": region}}]
+
+    def add(type_: str, name: str, **inputs: Any) -> None:
+        res.append({"urn": f"urn:pulumi:r::p::{type_}::{name}", "type": type_, "custom": True, "id": name,
+                    "inputs": inputs})
+
+    if cloud == "aws":
+        add("aws:ec2/launchTemplate:LaunchTemplate", "lt", instanceType=shape.type,
+            blockDeviceMappings=[{"deviceName": "/dev/sda1", "ebs": {"volumeSize": storage["root_gb"], "volumeType": "gp3"}}])
+        for i in range(nodes):
+            spot = purchase == "spot" or (purchase == "mixed" and i > 0)
+            extra = {"instanceMarketOptions": {"marketType": "spot"}} if spot else {}
+            add("aws:ec2/instance:Instance", f"node-{i}", launchTemplate={"id": "lt"}, **extra)
+            if storage["data_disk_gb"]:
+                add("aws:ebs/volume:Volume", f"data-{i}", size=storage["data_disk_gb"], type="gp3")
+        if storage["lustre"]:
+            add("aws:fsx/lustreFileSystem:LustreFileSystem", "lustre", storageCapacity=storage["lustre"]["capacity_gib"],
+                perUnitStorageThroughput=storage["lustre"]["throughput_per_tib"])
+        add("aws:ec2/natGateway:NatGateway", "nat")
+    else:
+        from components.spec import tencent_turbo_type
+
+        system = "LOCAL_BASIC" if shape.hpc else "CLOUD_HSSD"
+        for i in range(nodes):
+            add("tencentcloud:Instance/instance:Instance", f"node-{i}", instanceType=shape.type,
+                instanceChargeType="POSTPAID_BY_HOUR", systemDiskType=system, systemDiskSize=storage["root_gb"])
+            if storage["data_disk_gb"]:
+                add("tencentcloud:Cbs/storage:Storage", f"data-{i}", storageType="CLOUD_HSSD",
+                    storageSize=storage["data_disk_gb"])
+        if storage["lustre"]:
+            add("tencentcloud:Cfs/fileSystem:FileSystem", "lustre", capacity=storage["lustre"]["capacity_gib"],
+                storageType=tencent_turbo_type(storage["lustre"]["throughput_per_tib"]))
+        add("tencentcloud:Nat/gateway:Gateway", "nat")
+    return Plan.from_doc({"version": 3, "deployment": {"resources": res}})
+
+
+def _purchases(w: Workload, cloud: str, shape: Shape, book: PriceBook) -> list[str]:
+    from gpu_cluster.prices.catalog import spot_discount
+
+    out = ["on_demand"]
+    if w.criticality == "critical" or not catalog.limit(cloud, "spot"):
+        return out
+    if spot_discount(cloud, shape.type) or book.lookup(cloud, "instance_spot", shape.type, None):
+        out.append("spot")
+    return out
+
+
+def recommend(w: Workload, book: PriceBook) -> Recommendation:
+    from gpu_cluster.pricing import price_plan
+
+    gpus_yaml = gpus_catalog()
+    tokens = training_tokens(w)
+    flops = FLOPS_PER_PARAM_TOKEN * w.model_params * tokens
+    currency = w.budget.currency
+    rate = book.rate
+    candidates: list[Candidate] = []
+    for cloud in w.clouds:
+        for tier in tiers.TIERS:
+            rule = tiers.RULES[tier]
+            lo, hi = (2, rule.max_nodes) if w.multi_node else (1, 1)
+            if lo > hi:
+                continue
+            storage = _storage(w, cloud, tier)
+            for itype in tiers.allowed_types(cloud, tier):  # type: ignore[arg-type]
+                shape = catalog.shape(cloud, itype)  # type: ignore[arg-type]
+                gpu = gpus_yaml.get(shape.gpu)
+                if gpu is None:
+                    continue
+                place = _placement(cloud, shape, w.regions_of(cloud), bool(storage["lustre"]))
+                if place is None:
+                    continue
+                region, zone = place
+                per_gpu_tflops = float(gpu["peak_dense_tflops"]) * 1e12 * MFU
+                have = shape.gpu_mem_gib * USABLE_MEMORY
+
+                def need(n: int) -> float:
+                    return BYTES_PER_PARAM[w.method] * w.model_params / (n * shape.gpu_count) / GIB
+
+                def hours(n: int) -> float:
+                    return flops / (n * shape.gpu_count * per_gpu_tflops) / 3600
+
+                ok = [n for n in range(lo, hi + 1) if need(n) <= have and
+                      (w.target_hours is None or hours(n) <= w.target_hours)]
+                fits = [n for n in range(lo, hi + 1) if need(n) <= have]
+                n = ok[0] if ok else (hi if not fits or w.target_hours else fits[0])
+                for purchase in _purchases(w, cloud, shape, book):
+                    cost = price_plan(_synthetic_plan(cloud, region, shape, n, purchase, storage), book)
+                    nodes_lines = [i for i in cost.items if i.item.startswith("GPU nodes")]
+                    node_month = None if any(i.monthly is None for i in nodes_lines) else sum(
+                        i.monthly for i in nodes_lines)
+                    fixed = sum(i.monthly for i in cost.items if i.monthly is not None and i not in nodes_lines)
+                    c = Candidate(cloud=cloud, tier=tier, shape=shape, region=region, zone=zone, nodes=n,
+                                  purchase=purchase, gpus=n * shape.gpu_count, need_gib=need(n), have_gib=have,
+                                  hours=hours(n), cost_currency=cost.currency, node_month=node_month,
+                                  fixed_month=fixed, unpriced=[i.item for i in cost.unpriced], storage=storage,
+                                  meets_time=w.target_hours is None or hours(n) <= w.target_hours)
+                    if node_month is not None:
+                        h = c.hours
+                        run = node_month / HOURS_PER_MONTH * h + fixed * min(h, HOURS_PER_MONTH) / HOURS_PER_MONTH
+                        month = node_month / HOURS_PER_MONTH * min(h, HOURS_PER_MONTH) + fixed
+                        c.run_cost = rate.convert(run, cost.currency, currency)
+                        c.monthly_cost = rate.convert(month, cost.currency, currency)
+                        c.within_budget = c.monthly_cost <= w.budget.monthly_limit
+                    c.why = _why(c, w, currency, gpu)
+                    candidates.append(c)
+    order = {t: i for i, t in enumerate(tiers.TIERS)}
+    # Feasible first (smallest tier, then cheapest, then fastest); then the near misses: memory is the
+    # hardest constraint to change, then time, then budget, then a missing price.
+    candidates.sort(key=lambda c: (not c.feasible, not c.fits_memory, not c.meets_time, c.within_budget is None,
+                                   c.within_budget is False, order[c.tier] if c.feasible else 0,
+                                   c.monthly_cost if c.monthly_cost is not None else math.inf, c.hours))
+    return Recommendation(
+        workload=w, tokens=tokens, flops=flops, candidates=candidates, rate=rate, currency=currency,
+        sources=book.describe(),
+        assumptions={"bytes_per_param": BYTES_PER_PARAM[w.method], "usable_gpu_memory": USABLE_MEMORY, "mfu": MFU,
+                     "flops_per_param_token": FLOPS_PER_PARAM_TOKEN,
+                     "bytes_per_token": BYTES_PER_TOKEN if w.tokens is None else None,
+                     "hours_per_month": HOURS_PER_MONTH})
+
+
+def _why(c: Candidate, w: Workload, cur: str, gpu: dict) -> str:
+    mem = f"{c.need_gib:,.1f} of {c.have_gib:,.1f} GiB per GPU over {c.gpus} GPU(s)"
+    if not c.fits_memory:
+        return f"does not fit: needs {c.need_gib:,.1f} GiB per GPU, {c.have_gib:,.1f} usable even at {c.nodes} node(s)"
+    if not c.meets_time:
+        return (f"too slow: {c.hours:,.0f} h > target {w.target_hours:g} h at {c.nodes} node(s) "
+                f"({gpu['peak_dense_tflops']:g} TFLOPS {gpu['precision']} × {MFU:.0%})")
+    if c.within_budget is None:
+        return f"fits ({mem}, {c.hours:,.0f} h) but has no price: " + ", ".join(sorted(set(c.unpriced)))
+    if not c.within_budget:
+        return f"over budget: {c.monthly_cost:,.0f} {cur}/month > {w.budget.monthly_limit:,.0f}"
+    extra = f"; excludes unpriced {', '.join(sorted(set(c.unpriced)))}" if c.unpriced else ""
+    return (f"fits ({mem}), {c.hours:,.0f} h"
+            + (f" ≤ {w.target_hours:g}" if w.target_hours else "")
+            + f", {c.monthly_cost:,.0f} ≤ {w.budget.monthly_limit:,.0f} {cur}/month{extra}")
+
+
+def stack_document(rec: Recommendation, c: Candidate, emails: tuple[str, ...]) -> dict[str, Any]:
+    """The top pick as a stack file's document (validated with load_spec before it is returned)."""
+    from components.spec import load_spec
+
+    w = rec.workload
+    limit = w.budget.monthly_limit
+    currency = w.budget.currency
+    allowed = catalog.limit(c.cloud, "budget_currencies")  # type: ignore[arg-type]
+    if currency not in allowed:
+        limit, currency = rec.rate.convert(limit, currency, allowed[0]), allowed[0]
+    storage: dict[str, Any] = {"root_gb": c.storage["root_gb"], "data_disk_gb": c.storage["data_disk_gb"],
+                               "lustre": c.storage["lustre"], "checkpoint_bucket": True}
+    cluster = {
+        "name": w.name, "cloud": c.cloud, "zone": c.zone, "tier": c.tier, "nodes": c.nodes,
+        "criticality": w.criticality, "purchase": c.purchase, "instance_type": c.shape.type,
+        "storage": storage,
+        "budget": {"monthly_limit": round(limit, 2), "currency": currency, "emails": list(emails)},
+        "tags": {"workload": w.name},
+    }
+    load_spec(cluster, {c.cloud: c.region})
+    return {"config": {f"{c.cloud}:region": c.region, "gpu-cluster:cluster": cluster}}

@@ -1,0 +1,165 @@
+"""`gpu-cluster recommend`: the issue's done-when scenarios, the memory and time models, exit codes,
+the written stack rendering clean, and prices from a price file reaching the ranking.
+
+Every test prices with the catalog alone (no committed cache) unless it passes a price file.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from components import catalog
+from gpu_cluster import cli
+from gpu_cluster.prices import catalog_book
+from gpu_cluster.recommend import recommend
+from gpu_cluster.workload import load, parse
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "workloads"
+USD_CNY = 7.1057
+
+
+@pytest.fixture(autouse=True)
+def catalog_only(monkeypatch, tmp_path):
+    """The command reads prices/cache.json when present; these tests pin the catalog."""
+    import gpu_cluster.prices as prices
+
+    monkeypatch.setattr(prices, "DEFAULT_CACHE", tmp_path / "no-cache.json")
+    original = prices.load_book
+    monkeypatch.setattr(prices, "load_book", lambda price_file=None, cache=None, usd_cny=None:
+                        original(price_file, cache=None, usd_cny=usd_cny))
+
+
+def run_json(capsys, *argv: str) -> tuple[int, dict]:
+    status = cli.main(["recommend", *argv, "--json"])
+    return status, json.loads(capsys.readouterr().out)
+
+
+def test_startup_scenario_gets_a_stack_that_renders_clean_within_budget(tmp_path, capsys):
+    """50 GB of data, ~100 h, 100,000 CNY a month, multi-node, either cloud (a 7B full fine-tune)."""
+    stack = tmp_path / "Pulumi.startup-7b.yaml"
+    status, out = run_json(capsys, str(EXAMPLES / "startup-7b.yaml"), "--write-stack", str(stack))
+    assert status == 0
+    top = out["recommendation"]
+    assert top["monthly_cost"] <= 100000 and out["currency"] == "CNY"
+    assert 0 < top["hours"] <= 100 and top["nodes"] >= 2
+    assert out["exchange_rate"].startswith(f"1 USD = {USD_CNY:g} CNY")
+    assert out["stack_file"] == str(stack)
+    cluster = yaml.safe_load(stack.read_text())["config"]["gpu-cluster:cluster"]
+    assert (cluster["cloud"], cluster["tier"], cluster["instance_type"], cluster["nodes"]) == (
+        top["cloud"], top["tier"], top["shape"], top["nodes"])
+    assert cluster["budget"]["currency"] == "USD" and cluster["budget"]["monthly_limit"] == pytest.approx(
+        100000 / USD_CNY, abs=0.01), "AWS budgets are kept in USD: the CNY limit is converted at the named rate"
+    assert cli.main(["plan", "--stack-file", str(stack), "--out", str(tmp_path / "plans")]) == 0
+    report = json.loads((tmp_path / "plans" / "startup-7b.report.json").read_text())
+    assert [v for v in report["violations"] if v["enforcement"] == "mandatory"] == []
+
+
+def test_the_issue_seed_as_written_does_not_fit_and_says_why(capsys):
+    """14B full fine-tune, 3 epochs of 50 GB: ≈ 3.15e21 FLOPs, ≈ 2,200 H100-hours at 40 % MFU — more than
+    100,000 CNY at AWS list prices; Tencent's H20 nodes would meet the time but have no public price."""
+    status = cli.main(["recommend", str(EXAMPLES / "startup-seed.yaml")])
+    text = capsys.readouterr().out
+    assert status == 1
+    assert "no candidate fits memory, time and budget" in text
+    assert "budget: the cheapest candidate that meets memory and time, 3 × p5.48xlarge" in text
+    assert "HCCPNV6.96XLARGE2304" in text and "have no price" in text
+    status, out = run_json(capsys, str(EXAMPLES / "startup-seed.yaml"))
+    assert status == 1 and out["recommendation"] is None
+    assert out["training"]["flops"] == pytest.approx(6 * 14e9 * 50e9 / 4 * 3)
+    assert any(line.startswith("budget:") for line in out["what_would_fit"])
+
+
+def test_a_7b_lora_fine_tune_lands_on_the_entry_tier(capsys):
+    status, out = run_json(capsys, str(EXAMPLES / "lora-7b.yaml"))
+    assert status == 0
+    top = out["recommendation"]
+    assert top["tier"] == "entry" and top["nodes"] == 1 and top["shape"].startswith("g5.")
+    t4 = [c for c in out["candidates"] if c["shape"] == "g4dn.xlarge"]
+    assert t4 and not t4[0]["fits_memory"], "2.16 bytes/param × 7e9 = 14.1 GiB > 80 % of a T4's 16 GB"
+
+
+def test_a_70b_pre_training_run_lands_on_multi_node_large(capsys):
+    status, out = run_json(capsys, str(EXAMPLES / "pretrain-70b.yaml"))
+    assert status == 0
+    top = out["recommendation"]
+    assert top["tier"] == "large" and top["nodes"] > 1 and top["purchase"] == "on_demand"
+    mids = [c for c in out["candidates"] if c["tier"] == "mid"]
+    assert mids and all("time" in c["failed"] or "memory" in c["failed"] for c in mids)
+
+
+def test_memory_model_bytes_per_param_sharded_over_gpus():
+    w = parse({"workload": {"name": "mem-test", "model_params": 7e9, "method": "full", "tokens": 1e9, "budget": {
+        "monthly_limit": 1e9, "currency": "USD"}, "clouds": ["aws"], "multi_node": True}})
+    rec = recommend(w, catalog_book())
+    p5 = next(c for c in rec.candidates if c.shape.type == "p5.48xlarge")
+    assert p5.need_gib == pytest.approx(16 * 7e9 / (p5.nodes * 8) / 2 ** 30)
+    assert p5.have_gib == pytest.approx(80 * 0.8)
+
+
+def test_time_model_six_n_d_over_peak_dense_bf16_at_40_percent():
+    w = load(EXAMPLES / "startup-7b.yaml")
+    rec = recommend(w, catalog_book())
+    p5 = next(c for c in rec.candidates if c.shape.type == "p5.48xlarge")
+    # 6 × 7e9 × (50e9 / 4 × 3) FLOPs over 16 H100s × 989.4 TFLOPS × 0.4: 69.1 h, by hand.
+    assert p5.nodes == 2 and p5.hours == pytest.approx(69.09, abs=0.01)
+
+
+def test_exchange_rate_override_is_named_and_used(capsys):
+    _, base = run_json(capsys, str(EXAMPLES / "startup-7b.yaml"))
+    _, other = run_json(capsys, str(EXAMPLES / "startup-7b.yaml"), "--usd-cny", "7.5")
+    assert other["exchange_rate"].startswith("1 USD = 7.5 CNY (--usd-cny")
+    assert other["recommendation"]["monthly_cost"] == pytest.approx(
+        base["recommendation"]["monthly_cost"] * 7.5 / USD_CNY, rel=1e-6)
+
+
+def test_a_price_file_prices_what_the_catalog_cannot(tmp_path, capsys):
+    """With negotiated H20 and HCC disk prices, Tencent's large tier can be judged (and here wins)."""
+    prices = tmp_path / "prices.yaml"
+    prices.write_text(yaml.safe_dump({"price_file": {
+        "name": "test quote", "as_of": "2026-12-01", "source": "a test figure, not a real quote",
+        "prices": [
+            {"cloud": "tencentcloud", "item": "instance", "key": "HCCPNV6.96XLARGE2304", "price": 35.0,
+             "currency": "CNY"},
+            {"cloud": "tencentcloud", "item": "cbs_gb_month", "key": "LOCAL_BASIC", "price": 0.0, "currency": "CNY"}]}}))
+    status, out = run_json(capsys, str(EXAMPLES / "startup-seed.yaml"), "--prices", str(prices))
+    assert status == 0
+    top = out["recommendation"]
+    assert (top["cloud"], top["shape"]) == ("tencentcloud", "HCCPNV6.96XLARGE2304")
+    assert top["monthly_cost"] <= 100000 and top["hours"] <= 100
+    assert any(s.startswith(f"price file: {prices}") for s in out["price_sources"])
+
+
+@pytest.mark.parametrize("content,sentence", [
+    ("workload: {name: x1, model_params: true, method: full, tokens: 1e9, budget: {monthly_limit: 1, currency: USD}, "
+     "clouds: [aws]}\n", "workload.model_params=True: must be a number, not a boolean"),
+    ("workload: [1, 2]\n", "workload=[1, 2]"),
+    ("workload:\n  name: a\n  name: b\n", "key 'name' is given twice"),
+])
+def test_a_bad_workload_file_is_exit_2_with_one_sentence(tmp_path, capsys, content, sentence):
+    bad = tmp_path / "w.yaml"
+    bad.write_text(content)
+    assert cli.main(["recommend", str(bad)]) == 2
+    assert sentence in capsys.readouterr().err.replace("\n", " ")
+
+
+def test_nothing_fits_memory_names_the_memory_constraint(tmp_path, capsys):
+    bad = tmp_path / "w.yaml"
+    bad.write_text("workload: {name: huge, model_params: 2e12, method: full, tokens: 1e9, "
+                   "budget: {monthly_limit: 1e9, currency: USD}, clouds: [aws, tencentcloud], multi_node: false}\n")
+    status, out = run_json(capsys, str(bad))
+    assert status == 1 and out["what_would_fit"][0].startswith("memory: no candidate holds")
+    assert all(not c["fits_memory"] for c in out["candidates"])
+
+
+def test_regions_restrict_where_candidates_go(capsys, tmp_path):
+    w = tmp_path / "w.yaml"
+    w.write_text((EXAMPLES / "lora-7b.yaml").read_text().replace("clouds: [aws, tencentcloud]",
+                                                                   "clouds: [aws]\n  regions: {aws: [us-west-2]}"))
+    status, out = run_json(capsys, str(w))
+    assert status == 0 and {c["region"] for c in out["candidates"]} == {"us-west-2"}
+    assert out["recommendation"]["zone"] == "us-west-2a"
+    assert all(catalog.sold_in(catalog.shape("aws", c["shape"]), "us-west-2") for c in out["candidates"])
