@@ -254,8 +254,10 @@ def _tencent(p: _Pricer, plan: Plan) -> None:
         kind = r.props.get("storageType") or ""
         p.add(f"CFS Turbo {kind} {size:.0f} GiB", r, "cfs_turbo_gib_month", kind or "unknown", size, "GiB-month")
     for r in plan.of_type(TC_NAT):
-        p.add("NAT gateway", r, "nat_gateway_hour", NO_KEY, HOURS_PER_MONTH, "hour",
-              note="public traffic billed by use (see the EIP line)")
+        # nat_product_version 2 is the standard NAT gateway, 1 (the provider's default) the traditional one.
+        product = "STANDARD" if number(r.props.get("natProductVersion")) == 2 else "TRADITIONAL"
+        p.add(f"NAT gateway ({product.lower()})", r, "nat_gateway_hour", product, HOURS_PER_MONTH, "hour",
+              note="public traffic billed by use (see the EIP lines)")
     for r in plan.of_type(TC_EIP):
         p.add(f"EIP {r.name} public traffic", r, "eip_traffic_gb", NO_KEY, 0, "GB out", note="billed by use",
               usage=True)

@@ -15,7 +15,7 @@ P5, P4D, G4DN = 55.04, 21.957642, 0.526
 GP3, FSX125, NAT = 0.08, 0.145, 0.045
 FSX250, FSX500, FSX1000 = 0.282, 0.471, 0.849      # ap-northeast-1 (2022), third-party: estimates
 USD_CNY = 7.1057                                     # catalog exchange rate (CFETS 2025-09-23)
-GN7, HSSD, TC_NAT = 1.26, 0.219, 0.089              # Tencent international site, USD
+GN7, HSSD = 1.26, 0.219                            # Tencent international site, USD
 CFS_TB, CFS_TP = 0.6, 1.4                            # CNY per GiB-month
 
 
@@ -150,15 +150,16 @@ def test_aws_sample_stacks_price_as_computed_by_hand(sample_plan, stack):
 
 # Tencent in CNY: international-site USD prices × the catalog rate, CFS Turbo in CNY. What no public
 # page prices stays unpriced: the GT4 and HCC GPU nodes and the HCC local system disks.
+# The standard NAT gateway the program creates has no public price (the page lists traditional ones).
 TC_TOTALS = {
-    "tencent-entry": (GN7 * 730 + HSSD * (100 + 200) + TC_NAT * 730) * USD_CNY,
-    "tencent-mid": (HSSD * (2 * 200 + 2 * 1000 + 2 * 1000) + TC_NAT * 730) * USD_CNY + 20480 * CFS_TP,
-    "tencent-large": (HSSD * 2 * 2000 + TC_NAT * 730) * USD_CNY + 40960 * CFS_TB,
+    "tencent-entry": (GN7 * 730 + HSSD * (100 + 200)) * USD_CNY,
+    "tencent-mid": HSSD * (2 * 200 + 2 * 1000 + 2 * 1000) * USD_CNY + 20480 * CFS_TP,
+    "tencent-large": HSSD * (2 * 500 + 2 * 2000) * USD_CNY + 40960 * CFS_TB,
 }
 TC_UNPRICED = {
-    "tencent-entry": [],
-    "tencent-mid": ["GPU nodes 1 × GT4.20XLARGE474"] * 2,
-    "tencent-large": ["GPU nodes 1 × HCCPNV6.96XLARGE2304", "CBS system disk LOCAL_BASIC 500 GB"] * 2,
+    "tencent-entry": ["NAT gateway (standard)"],
+    "tencent-mid": ["GPU nodes 1 × GT4.20XLARGE474"] * 2 + ["NAT gateway (standard)"],
+    "tencent-large": ["GPU nodes 1 × HCCPNV6.96XLARGE2304"] * 2 + ["NAT gateway (standard)"],
 }
 
 

@@ -13,6 +13,7 @@ from gpu_cluster.review import diff_plans, render_markdown, review_stack
 P5_NODE_MONTH = 55.04 * 730      # catalog: p5.48xlarge on-demand, us-east-1
 ROOT_DISK_MONTH = 500 * 0.08     # aws-large root_gb 500, gp3 $0.08/GB-month
 DATA_DISK_MONTH = 1000 * 0.08    # aws-large data_disk_gb 1000, gp3
+FSX_500_TO_1000 = 4800 * (0.849 - 0.471)  # catalog: FSx PERSISTENT_2 per GB-month at 1000 vs 500 MB/s/TiB
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +43,7 @@ def test_an_added_node_adds_one_node_month(review):
     assert [(c.type, c.name) for c in review.changes if c.action == "delete"] == [
         ("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule", "llm-large-network-nodes-ssh-0")]
     delta = review.cost_after.total - review.cost_before.total
-    assert delta == pytest.approx(P5_NODE_MONTH + ROOT_DISK_MONTH + DATA_DISK_MONTH, abs=0.05)
+    assert delta == pytest.approx(P5_NODE_MONTH + ROOT_DISK_MONTH + DATA_DISK_MONTH + FSX_500_TO_1000, abs=0.05)
 
 
 def test_closing_ssh_is_a_fixed_violation_and_the_third_node_outgrows_the_budget(review):

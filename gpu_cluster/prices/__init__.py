@@ -13,7 +13,7 @@ Items (the vocabulary shared by the price file, the cache and the catalog):
 | `instance_spot` | instance type | hour (a spot price you pay; else the catalog's spot discount applies) |
 | `ebs_gb_month` | volume type (`gp3`) | GB-month |
 | `fsx_lustre_gb_month` | PERSISTENT_2 throughput class (`125`, `250`, `500`, `1000`) | GB-month |
-| `nat_gateway_hour` | `-` | hour |
+| `nat_gateway_hour` | `-` on AWS; `STANDARD` or `TRADITIONAL` on Tencent Cloud | hour |
 | `s3_gb_month` | `STANDARD` | GB-month (usage-billed, listed not summed) |
 | `cbs_gb_month` | disk type (`CLOUD_HSSD`, `CLOUD_PREMIUM`, `LOCAL_BASIC`, ...) | GB-month |
 | `cfs_turbo_gib_month` | Turbo type (`TB` Standard, `TP` High-Performance) | GiB-month |
