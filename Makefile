@@ -18,7 +18,10 @@ TEST_STAMP := $(VENV)/.installed-test
 
 export STACK STACK_FILE PLAN BASE POLICY_CONFIG ARGS
 
-.PHONY: help venv plan check review catalog test bench clean
+POLICY_VENV := policies/venv
+POLICY_STAMP := $(POLICY_VENV)/.installed
+
+.PHONY: help venv policy-venv plan check review catalog test bench clean
 
 help: ## list the targets (the default goal)
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -36,6 +39,14 @@ $(TEST_STAMP): $(STAMP) requirements-test.txt
 	@touch $@
 
 venv: $(STAMP) ## set up ./venv: the program, its providers and the gpu-cluster command
+
+$(POLICY_STAMP): policies/requirements.txt
+	@echo "setting up ./$(POLICY_VENV) from policies/requirements.txt (about a minute): the policy pack's own environment"
+	@test -x $(POLICY_VENV)/bin/python || $(PYTHON) -m venv $(POLICY_VENV)
+	$(POLICY_VENV)/bin/python -m pip install --disable-pip-version-check -r policies/requirements.txt
+	@touch $@
+
+policy-venv: $(POLICY_STAMP) ## set up policies/venv so `pulumi preview --policy-pack policies` can load the pack
 
 plan: $(STAMP) ## render, price and policy-check the sample stacks into build/plans/ (STACK=... or STACK_FILE=... for one)
 	$(GPU) plan $(if $(STACK),--stack "$$STACK") $(if $(STACK_FILE),--stack-file "$$STACK_FILE") $(if $(POLICY_CONFIG),--policy-config "$$POLICY_CONFIG")
