@@ -11,13 +11,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Iterable, Optional
 
-try:
-    from pulumi_policy.proxy import UnknownValueError, _is_unknown
-except ImportError:  # pragma: no cover - the pack always runs with pulumi-policy installed
-    UnknownValueError = LookupError  # type: ignore[misc,assignment]
+from pulumi_policy.proxy import (UNKNOWN_ARCHIVE_VALUE, UNKNOWN_ARRAY_VALUE, UNKNOWN_ASSET_VALUE,
+                                 UNKNOWN_BOOLEAN_VALUE, UNKNOWN_NUMBER_VALUE, UNKNOWN_OBJECT_VALUE,
+                                 UNKNOWN_STRING_VALUE, UnknownValueError)
 
-    def _is_unknown(o: Any) -> bool:
-        return False
+# The engine's sentinels for values not known until the update (pulumi_policy.proxy, public names).
+_SENTINELS = frozenset({UNKNOWN_ARCHIVE_VALUE, UNKNOWN_ARRAY_VALUE, UNKNOWN_ASSET_VALUE, UNKNOWN_BOOLEAN_VALUE,
+                        UNKNOWN_NUMBER_VALUE, UNKNOWN_OBJECT_VALUE, UNKNOWN_STRING_VALUE})
+
+
+def _is_unknown(o: Any) -> bool:
+    return type(o) is str and o in _SENTINELS
 
 
 class _Unknown:
