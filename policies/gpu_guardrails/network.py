@@ -126,12 +126,12 @@ def _single_zone(args: Any, report_violation: Any) -> None:
 
 
 def _home_zone(node_zones: list[str], all_zones: list[str]) -> Optional[str]:
-    """The first GPU node's zone, or else the most common zone."""
-    if node_zones:
-        return node_zones[0]
+    """The zone most of the cluster (nodes, disks, file systems, subnets) is in; on a tie the first GPU
+    node's zone, so one stray member is what gets reported."""
     if not all_zones:
         return None
-    return max(sorted(set(all_zones)), key=all_zones.count)
+    order = {z: i for i, z in reversed(list(enumerate(node_zones + all_zones)))}
+    return max(sorted(set(all_zones)), key=lambda z: (all_zones.count(z), -order[z]))
 
 
 single_zone = StackValidationPolicy(

@@ -200,6 +200,36 @@ class StackView:
             return None  # several candidates: nothing certain
         return self.family_member(res, types)
 
+    def refs(self, res: Any, prop: str, values: list[Any], types: Sequence[str],
+             keys: Sequence[str] = _REF_KEYS) -> list[Ref]:
+        """Several references held by one property (a list of subnet ids, the overrides of a fleet...).
+
+        Known values resolve one by one. Unknown ones share the property's dependency edges: when there
+        are as many candidates of `types` as unknown values (or one), each unknown value is one of them —
+        which one does not matter to a rule that looks at the set (zones, ownership)."""
+        out: list[Ref] = []
+        unknown = 0
+        for v in values:
+            if v is UNKNOWN:
+                unknown += 1
+            elif v is not None:
+                out.append(self.ref(res, prop, types, value=v, keys=keys))
+        if unknown:
+            pdeps = getattr(res, "property_dependencies", None) or {}
+            taken = {r.resource.urn for r in out if r.resource is not None}
+            cands = _unique(d for d in (pdeps.get(prop) or []) if d.resource_type in types and d.urn not in taken)
+            if not cands:
+                cands = _unique(d for d in (getattr(res, "dependencies", None) or [])
+                                if d.resource_type in types and d.urn not in taken)
+            if len(cands) == unknown:
+                out += [Ref(resource=c, present=True) for c in cands]
+            elif len(cands) == 1:
+                out += [Ref(resource=cands[0], present=True)] * unknown
+            else:
+                fam = self.family_member(res, types) if not cands else None
+                out += [Ref(resource=fam, present=True)] * unknown
+        return out
+
     def family_member(self, res: Any, types: Sequence[str]) -> Any:
         """The one resource of `types` under the nearest component that holds `res` and any of them
         (never the stack itself: a stack may hold many unrelated things)."""
@@ -301,8 +331,14 @@ class StackView:
                 if tags:
                     break
         if t == TC_K8S_CLUSTER:
-            return [self._worker(res, i, w, tags) for i, w in enumerate(items(get(p, "workerConfigs")))
-                    if w is not None and w is not UNKNOWN]
+            workers = [(i, w) for i, w in enumerate(items(get(p, "workerConfigs"))) if w is not None and w is not UNKNOWN]
+            nodes = [self._worker(res, i, w, tags) for i, w in workers]
+            # The HPC clusters of all worker configs together: unknown ids share one dependency list.
+            with_hpc = [n for n in nodes if n.hpc is not None and n.hpc.present]
+            hpcs = self.refs(res, "workerConfigs", [get(n.spec, "hpcClusterId") for n in with_hpc], (TC_HPC_CLUSTER,))
+            for n, ref in zip(with_hpc, hpcs):
+                n.hpc = ref
+            return nodes
         types = self._types(res, tmpl)
         count = self._count(res)
         spot, on_demand = self._purchase(res, tmpl, count)
@@ -322,14 +358,15 @@ class StackView:
         charge = get(w, "instanceChargeType")
         spot = None if charge is UNKNOWN else charge == "SPOTPAID"
         subnet = get(w, "subnetId")
-        subnets = [self.ref(res, "workerConfigs", SUBNET_TYPES, value=subnet)] if subnet is not None else []
+        subnets = self.refs(res, "workerConfigs", [subnet], SUBNET_TYPES) if subnet is not None else []
         node = Node(resource=res, instance_type=itype, instance_types=[itype] if itype else [], count=count,
                     spot=spot, on_demand=0 if spot is not False else count, subnets=subnets, templates=[],
                     tags=tags, cloud="tencentcloud", spec=w,
                     label=f"{res.urn.rsplit('::', 1)[-1]} (worker config {i})")
         zone = as_str(get(w, "availabilityZone"))
         node.zones = [zone] if zone else self._subnet_zones(subnets)
-        node.hpc = self.ref(res, "workerConfigs", (TC_HPC_CLUSTER,), value=get(w, "hpcClusterId"))
+        hpc = get(w, "hpcClusterId")
+        node.hpc = Ref() if hpc is None else self.ref(res, "workerConfigs", (TC_HPC_CLUSTER,), value=hpc)
         return node
 
     def _types(self, res: Any, tmpl: list[Any]) -> list[str]:
@@ -459,15 +496,12 @@ class StackView:
             if values is UNKNOWN:
                 refs = [self.ref(res, key, SUBNET_TYPES)]
             else:
-                refs = [self.ref(res, key, SUBNET_TYPES, value=v) for v in items(values)]
+                refs = self.refs(res, key, items(values), SUBNET_TYPES)
         elif t in (AWS_FLEET, AWS_SPOT_FLEET):
-            for c in items(get(p, "launchTemplateConfigs")):
-                for o in items(get(c, "overrides")):
-                    if get(o, "subnetId") is not None:
-                        refs.append(self.ref(res, "launchTemplateConfigs", SUBNET_TYPES, value=get(o, "subnetId")))
-            for spec in items(get(p, "launchSpecifications")):
-                if get(spec, "subnetId") is not None:
-                    refs.append(self.ref(res, "launchSpecifications", SUBNET_TYPES, value=get(spec, "subnetId")))
+            refs = self.refs(res, "launchTemplateConfigs", [get(o, "subnetId") for c in items(get(p, "launchTemplateConfigs"))
+                                                           for o in items(get(c, "overrides"))], SUBNET_TYPES)
+            refs += self.refs(res, "launchSpecifications", [get(spec, "subnetId") for spec in
+                                                            items(get(p, "launchSpecifications"))], SUBNET_TYPES)
         if refs and not all(r.unknown for r in refs):
             return refs
         # Nothing known on the resource itself: what its launch template says.
@@ -518,7 +552,7 @@ class StackView:
         if not zones:
             for tr in tmpl:
                 add(get(tr.props, "placement.availabilityZone"))
-        return sorted(zones) if len(zones) > 1 else zones
+        return zones
 
     # ---- zones of other resources -----------------------------------------------------------------
     def zones_of(self, res: Any) -> list[str]:
