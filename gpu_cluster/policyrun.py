@@ -199,32 +199,39 @@ def _engine_value(v: Any) -> Any:
     becomes its id (or URN), an output value its value (unknown when it has none)."""
     t = type(v)
     if t is dict:
-        sig = v.get(SPECIAL_SIG_KEY)
-        if sig is None:
-            return {k: _engine_value(x) for k, x in v.items()}
-        if sig == SPECIAL_SECRET_SIG:
-            if "value" in v:
-                return _engine_value(v["value"])
-            if "plaintext" in v:
-                try:
-                    return _engine_value(json.loads(v["plaintext"], parse_constant=_refuse_constant))
-                except (TypeError, ValueError, RecursionError):
-                    return v["plaintext"] if isinstance(v["plaintext"], str) else UNKNOWN_STRING_VALUE
-            return UNKNOWN_STRING_VALUE
-        if sig == _RESOURCE_SIG:
-            ref = v.get("id") or v.get("urn")
-            return ref if isinstance(ref, str) and ref else UNKNOWN_STRING_VALUE
-        if sig == _OUTPUT_VALUE_SIG:
-            return _engine_value(v["value"]) if "value" in v else UNKNOWN_STRING_VALUE
-        try:  # assets and archives: the SDK's own reader
-            return deserialize_properties({"v": _as_engine_value(v)})["v"]
-        except (AssertionError, TypeError, ValueError):
-            return UNKNOWN_STRING_VALUE
+        if SPECIAL_SIG_KEY in v:
+            return _special(v)
+        return {k: (x if type(x) in _PLAIN else float(x) if type(x) is int else _engine_value(x)) for k, x in v.items()}
     if t is list:
-        return [_engine_value(x) for x in v]
+        return [x if type(x) in _PLAIN else float(x) if type(x) is int else _engine_value(x) for x in v]
     if t is int:
         return float(v)
     return v
+
+
+_PLAIN = (str, float, bool, type(None))
+
+
+def _special(v: dict) -> Any:
+    sig = v.get(SPECIAL_SIG_KEY)
+    if sig == SPECIAL_SECRET_SIG:
+        if "value" in v:
+            return _engine_value(v["value"])
+        if "plaintext" in v:
+            try:
+                return _engine_value(json.loads(v["plaintext"], parse_constant=_refuse_constant))
+            except (TypeError, ValueError, RecursionError):
+                return v["plaintext"] if isinstance(v["plaintext"], str) else UNKNOWN_STRING_VALUE
+        return UNKNOWN_STRING_VALUE
+    if sig == _RESOURCE_SIG:
+        ref = v.get("id") or v.get("urn")
+        return ref if isinstance(ref, str) and ref else UNKNOWN_STRING_VALUE
+    if sig == _OUTPUT_VALUE_SIG:
+        return _engine_value(v["value"]) if "value" in v else UNKNOWN_STRING_VALUE
+    try:  # assets and archives: the SDK's own reader
+        return deserialize_properties({"v": _as_engine_value(v)})["v"]
+    except (AssertionError, TypeError, ValueError):
+        return UNKNOWN_STRING_VALUE
 
 
 def _refuse_constant(name: str) -> float:
@@ -363,6 +370,7 @@ def run_policies(plan: Plan, config: Optional[dict] = None, pricer: Optional[Pri
     by_type: dict[str, list[Any]] = {}
     if progress is not None:
         progress("resource policies")
+    converted = _Converted(plan)
     for res in analyzed(plan):
         policies = by_type.get(res.type)
         if policies is None:
@@ -370,7 +378,7 @@ def run_policies(plan: Plan, config: Optional[dict] = None, pricer: Optional[Pri
                                             if scopes[p.name] is None or res.type in scopes[p.name]]
         if not policies:
             continue
-        props = unknown_checking_proxy(_with_id(_engine_props(res.inputs if res.inputs else res.outputs), res))
+        props = converted.analyzed(res)
         opts, provider = _options(res), providers(res)
         for policy in policies:
             args = ResourceValidationArgs(res.type, props, res.urn, res.name, opts, provider,
@@ -380,7 +388,7 @@ def run_policies(plan: Plan, config: Optional[dict] = None, pricer: Optional[Pri
     stack_policies = [p for p in POLICIES if isinstance(p, StackValidationPolicy)
                       and settings[p.name][0] != EnforcementLevel.DISABLED]
     if stack_policies:
-        resources = _policy_resources(plan, providers)
+        resources = _policy_resources(plan, providers, converted)
         for policy in stack_policies:
             if progress is not None:
                 progress(policy.name)
@@ -389,11 +397,35 @@ def run_policies(plan: Plan, config: Optional[dict] = None, pricer: Optional[Pri
     return violations
 
 
-def _policy_resources(plan: Plan, providers: Callable[[Resource], Any]) -> list[PolicyResource]:
+class _Converted:
+    """Each resource's inputs and outputs converted once (`_engine_value`), shared by `Analyze` (inputs)
+    and `AnalyzeStack` (outputs completed by inputs). Policies only read them."""
+
+    def __init__(self, plan: Plan):
+        self._cache: dict[str, tuple[dict, dict]] = {}
+
+    def _both(self, res: Resource) -> tuple[dict, dict]:
+        got = self._cache.get(res.urn)
+        if got is None:
+            got = self._cache[res.urn] = (_engine_props(res.inputs), _engine_props(res.outputs))
+        return got
+
+    def analyzed(self, res: Resource) -> dict:
+        inputs, outputs = self._both(res)
+        return _with_id(dict(inputs if inputs else outputs), res)
+
+    def stacked(self, res: Resource) -> dict:
+        inputs, outputs = self._both(res)
+        return _with_id({**outputs, **inputs} if outputs else dict(inputs), res)
+
+
+def _policy_resources(plan: Plan, providers: Callable[[Resource], Any],
+                      converted: Optional[_Converted] = None) -> list[PolicyResource]:
     """The stack as `AnalyzeStack` hands it to stack policies: outputs, parents and (property) dependencies."""
+    converted = converted or _Converted(plan)
     out: dict[str, PolicyResource] = {}
     for r in plan.resources:
-        out[r.urn] = PolicyResource(r.type, unknown_checking_proxy(_with_id(_engine_props(r.props), r)), r.urn,
+        out[r.urn] = PolicyResource(r.type, converted.stacked(r), r.urn,
                                     r.name, _options(r), providers(r), None, [], {})
     for r in plan.resources:
         pr = out[r.urn]

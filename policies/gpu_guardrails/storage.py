@@ -123,10 +123,32 @@ def _wildcard(pattern: str) -> "re.Pattern[str]":
 def _backup_selected(view: StackView) -> tuple[set[str], bool]:
     """URNs of disks and file systems an AWS Backup selection of a plan with rules covers, and whether some
     selection could not be read (its targets unknown until the update)."""
+    selections = view.of_type(AWS_BACKUP_SELECTION)
+    if not selections:
+        return set(), False
     candidates = view.of_type(AWS_VOLUME, *AWS_FSX, AWS_EFS)
+    arns = [(c, _arn_like(c)) for c in candidates]
+    by_exact: dict[str, list[str]] = {}
+    for c, arn in arns:
+        for key in {arn, as_str(get(c.props, "id")) or ""} - {""}:
+            by_exact.setdefault(key, []).append(c.urn)
+    by_tag: dict[tuple[str, Any], list[str]] = {}
+    for c in candidates:
+        tags = get(c.props, "tags")
+        if hasattr(tags, "keys"):
+            for k in tags.keys():
+                v = get(tags, (k,))
+                by_tag.setdefault((str(k), v if isinstance(v, str) else UNKNOWN if v is UNKNOWN else None), []).append(c.urn)
+
+    def matching(text: str) -> list[str]:
+        if "*" not in text:
+            return by_exact.get(text, [])
+        match = _wildcard(text)
+        return [c.urn for c, arn in arns if match.match(arn)]
+
     covered: set[str] = set()
     unsure = False
-    for sel in view.of_type(AWS_BACKUP_SELECTION):
+    for sel in selections:
         plan_ref = view.ref(sel, "planId", (AWS_BACKUP_PLAN,), keys=("id",))
         if plan_ref.resource is not None:
             rules = get(plan_ref.resource.props, "rules")
@@ -136,31 +158,26 @@ def _backup_selected(view: StackView) -> tuple[set[str], bool]:
         resources = get(sel.props, "resources")
         deps = [d for d in (getattr(sel, "property_dependencies", {}) or {}).get("resources", []) or []
                 if d.resource_type in (AWS_VOLUME, *AWS_FSX, AWS_EFS)]
-        values = [UNKNOWN] if resources is UNKNOWN else items(resources)
-        for v in values:
+        for v in ([UNKNOWN] if resources is UNKNOWN else items(resources)):
             if v is UNKNOWN:
                 if deps:
                     mine.update(d.urn for d in deps)
                 else:
                     unsure = True
-                continue
-            text = as_str(v)
-            if not text:
-                continue
-            match = _wildcard(text)
-            mine.update(c.urn for c in candidates if match.match(_arn_like(c)) or text == as_str(get(c.props, "id")))
+            elif as_str(v):
+                mine.update(matching(as_str(v)))
         for tag in items(get(sel.props, "selectionTags")):
             key, value = as_str(get(tag, "key")), get(tag, "value")
             if key is None:
                 continue
-            for c in candidates:
-                have = get(get(c.props, "tags"), (key,))
-                if have is UNKNOWN or value is UNKNOWN or (have is not None and have == value):
-                    mine.add(c.urn)
+            if value is UNKNOWN:
+                mine.update(u for (k, _), urns in by_tag.items() if k == key for u in urns)
+            else:
+                mine.update(by_tag.get((key, value), []))
+                mine.update(by_tag.get((key, UNKNOWN), []))
         for text in (as_str(v) for v in items(get(sel.props, "notResources"))):
             if text:
-                match = _wildcard(text)
-                mine -= {c.urn for c in candidates if match.match(_arn_like(c))}
+                mine -= set(matching(text))
         covered |= mine
     return covered, unsure
 
@@ -613,7 +630,8 @@ checkpoint_bucket_private = StackValidationPolicy(
 # ---- stateful-protected ------------------------------------------------------------------------------
 
 def _stateful_protected(args: Any, report_violation: Any) -> None:
-    types = [t for t in config_list(args, "types") if isinstance(t, str)] or STATEFUL_TYPES
+    configured = get(args.get_config(), "types")
+    types = configured if isinstance(configured, (list, tuple)) and configured else STATEFUL_TYPES
     if args.resource_type not in types:
         return
     if not getattr(args.opts, "protect", False):
