@@ -287,7 +287,10 @@ def _default_pricer() -> Optional[Pricer]:
 def _estimate(plan: Plan, pricer: Optional[Pricer]) -> Optional[dict]:
     if pricer is None:
         return None
-    cost = pricer(plan)
+    try:
+        cost = pricer(plan)
+    except (ArithmeticError, AttributeError, LookupError, TypeError, ValueError, UserError):
+        return None  # a file the pricer cannot price (another project's export): no estimate to compare
     total = getattr(cost, "total", None)
     if total is None:
         return None
