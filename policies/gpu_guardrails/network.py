@@ -173,6 +173,8 @@ TC_ACL = "tencentcloud:Vpc/acl:Acl"
 TC_ADDRESS = "tencentcloud:Address/template:Template"
 TC_ADDRESS_EXTRA = "tencentcloud:Address/extraTemplate:ExtraTemplate"
 TC_ADDRESS_GROUP = "tencentcloud:Address/templateGroup:TemplateGroup"
+AWS_PREFIX_LIST = "aws:ec2/managedPrefixList:ManagedPrefixList"
+AWS_PREFIX_LIST_ENTRY = "aws:ec2/managedPrefixListEntry:ManagedPrefixListEntry"
 
 Sources = Optional[list[tuple[int, cidrs.Interval, str]]]  # (family, interval, as written); None: unknown
 
@@ -285,6 +287,33 @@ class _Templates:
         return _cidr_sources(addresses)
 
 
+def _prefix_list_sources(view: StackView, owner: Any, prop: str, values: list[Any]) -> Sources:
+    """The CIDRs of customer-managed prefix lists of the stack a rule names (AWS-managed lists such as
+    com.amazonaws.<region>.s3 are AWS service ranges, not the internet, and are not in the stack)."""
+    out: list[tuple[int, cidrs.Interval, str]] = []
+    for v in values:
+        ref = view.ref(owner, prop, (AWS_PREFIX_LIST,), value=v, keys=("id",))
+        if ref.resource is None:
+            if ref.unknown:
+                return None
+            continue
+        entries = get(ref.resource.props, "entries")
+        if entries is UNKNOWN:
+            return None
+        values_ = [get(e, "cidr") for e in items(entries)]
+        values_ += [get(e.props, "cidr") for e in view.of_type(AWS_PREFIX_LIST_ENTRY)
+                    if view.ref(e, "prefixListId", (AWS_PREFIX_LIST,), keys=("id",)).resource is ref.resource]
+        got = _cidr_sources(values_)
+        if got is None:
+            return None
+        out += got
+    return out
+
+
+def _merge(a: Sources, b: Sources) -> Sources:
+    return None if a is None or b is None else a + b
+
+
 def _tc_lite_source(view: StackView, templates: _Templates, res: Any, text: str) -> Sources:
     if text.startswith("ipmg-"):
         return templates.sources(res, "ingresses", group_id=text)
@@ -318,20 +347,24 @@ def _collect(view: StackView) -> tuple[dict[Any, tuple[bool, list[_Rule]]], list
                 proto = _aws_proto(get(rule, "protocol"))
                 add(urn, False, _Rule(urn, (pos,), True, proto,
                                       _aws_ports(proto, get(rule, "fromPort"), get(rule, "toPort")),
-                                      _cidr_sources(items(get(rule, "cidrBlocks")) + items(get(rule, "ipv6CidrBlocks")))))
+                                      _merge(_cidr_sources(items(get(rule, "cidrBlocks")) + items(get(rule, "ipv6CidrBlocks"))),
+                                             _prefix_list_sources(view, res, "ingress", items(get(rule, "prefixListIds"))))))
         elif t == AWS_SG_RULE:
             kind = get(p, "type")
             if kind == "ingress" or kind is UNKNOWN:
                 proto = _aws_proto(get(p, "protocol"))
                 add(group_of(res, "securityGroupId", (AWS_SG, AWS_DEFAULT_SG)), False,
                     _Rule(urn, (pos,), kind == "ingress", proto, _aws_ports(proto, get(p, "fromPort"), get(p, "toPort")),
-                          _cidr_sources(items(get(p, "cidrBlocks")) + items(get(p, "ipv6CidrBlocks")))))
+                          _merge(_cidr_sources(items(get(p, "cidrBlocks")) + items(get(p, "ipv6CidrBlocks"))),
+                                 _prefix_list_sources(view, res, "prefixListIds", items(get(p, "prefixListIds"))))))
         elif t == AWS_SG_INGRESS:
             proto = _aws_proto(get(p, "ipProtocol"))
             values = [v for v in (get(p, "cidrIpv4"), get(p, "cidrIpv6")) if v is not None]
+            plist = get(p, "prefixListId")
             add(group_of(res, "securityGroupId", (AWS_SG, AWS_DEFAULT_SG)), False,
                 _Rule(urn, (pos,), True, proto, _aws_ports(proto, get(p, "fromPort"), get(p, "toPort")),
-                      _cidr_sources(values)))
+                      _merge(_cidr_sources(values),
+                             _prefix_list_sources(view, res, "prefixListId", [plist] if plist is not None else []))))
         elif t in (AWS_NACL, AWS_DEFAULT_NACL):
             for rule in items(get(p, "ingress")):
                 proto = _aws_proto(get(rule, "protocol"))
