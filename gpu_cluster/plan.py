@@ -95,29 +95,33 @@ def parse_export(text: str, where: str) -> Any:
         raise PlanFormatError(f"{where} nests deeper than any stack export can") from None
 
 
+_SCALARS = (str, int, bool, type(None))
+
+
 def check_value(value: Any, where: str, depth: int = 0) -> None:
     """Refuse what no engine produces: non-finite numbers, non-JSON values, nesting past MAX_DEPTH."""
     if depth > MAX_DEPTH:
         raise PlanFormatError(f"{where} nests deeper than {MAX_DEPTH} levels")
     t = type(value)
     if t is dict:
-        for k, v in value.items():
-            if type(v) in (dict, list):
-                check_value(v, where, depth + 1)
-            elif type(v) is float and not math.isfinite(v):
-                raise PlanFormatError(f"{where}.{k} is {v}, not a finite number")
-            elif v is not None and type(v) not in (str, int, bool, float):
-                raise PlanFormatError(f"{where}.{k} is a {type(v).__name__}, not a JSON value")
+        values: Any = value.values()
     elif t is list:
-        for v in value:
-            if type(v) in (dict, list):
-                check_value(v, where, depth + 1)
-            elif type(v) is float and not math.isfinite(v):
+        values = value
+    else:
+        if t is float and not math.isfinite(value):
+            raise PlanFormatError(f"{where} holds {value}, not a finite number")
+        if t is not float and t not in _SCALARS:
+            raise PlanFormatError(f"{where} holds a {t.__name__}, not a JSON value")
+        return
+    for v in values:
+        t = type(v)
+        if t is dict or t is list:
+            check_value(v, where, depth + 1)
+        elif t is float:
+            if not math.isfinite(v):
                 raise PlanFormatError(f"{where} holds {v}, not a finite number")
-            elif v is not None and type(v) not in (str, int, bool, float):
-                raise PlanFormatError(f"{where} holds a {type(v).__name__}, not a JSON value")
-    elif t is float and not math.isfinite(value):
-        raise PlanFormatError(f"{where} is {value}, not a finite number")
+        elif t not in _SCALARS:
+            raise PlanFormatError(f"{where} holds a {t.__name__}, not a JSON value")
 
 
 def _resources_of(doc: Any, where: str) -> list:

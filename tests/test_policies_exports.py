@@ -234,3 +234,17 @@ def test_every_policy_runs_on_every_fixture_type_without_crashing():
         violations = run_policies(Plan.from_doc({"version": 3, "deployment": {"resources": docs}}))
         assert all(not v.message.startswith("can't run") for v in violations)
         assert {v.policy for v in violations} <= {p.name for p in POLICIES}
+
+
+def test_long_reads_report_progress(tmp_path, capsys, monkeypatch):
+    """Large files say what they read and each step of the judging on stderr; results stay on stdout."""
+    import gpu_cluster.commands.check as check_command
+    monkeypatch.setattr(check_command, "PROGRESS_FROM", 10)
+    code, out, err = check(write(tmp_path, baseline()), capsys)
+    n = len(resources(baseline()))
+    assert code == EXIT_OK and out.startswith("no policy violations")
+    assert f"read {n} resources" in err and "judging with 14 policies" in err
+    assert "resource policies" in err and "no-public-ssh" in err and f"judged {n} resources" in err
+    monkeypatch.setattr(check_command, "PROGRESS_FROM", 10 * n)
+    _, _, quiet = check(write(tmp_path, baseline()), capsys)
+    assert "no-public-ssh" not in quiet

@@ -483,6 +483,12 @@ def _no_public_ssh(args: Any, report_violation: Any) -> None:
     groups, direct = _collect(view)
     found: dict[str, dict[str, Any]] = {}  # urn → {"ports": [...], "sources": [...], "with": set()}
     for key, (ordered, rules) in groups.items():
+        # What the group could let in at most (any port, before DROP / deny rules): if even that is not
+        # the whole internet, no port of it is.
+        widest = {fam: cidrs.union(iv for r in rules if r.accept and r.sources for f, iv, _ in r.sources if f == fam)
+                  for fam in (4, 6)}
+        if not any(ivs and cidrs.reaches_internet(fam, ivs) for fam, ivs in widest.items()):
+            continue
         for port in ports:
             for fam, per_urn in _judge(ordered, rules, port).items():
                 total = cidrs.union(iv for ivs in per_urn.values() for iv in ivs)
