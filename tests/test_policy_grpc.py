@@ -21,7 +21,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import grpc
@@ -159,7 +158,6 @@ def test_verdicts_over_grpc_equal_the_offline_runner_on_every_fixture(analyzer):
     stub, _ = analyzer
     checked = violations = 0
     mismatches = []
-    started = time.monotonic()
     for path in case_files():
         for form in FORMS:
             plan, config, _ = load(path, form)
@@ -171,4 +169,3 @@ def test_verdicts_over_grpc_equal_the_offline_runner_on_every_fixture(analyzer):
                 mismatches.append((f"{path.parent.name}/{path.stem} [{form}]", sorted(wire ^ mine)[:4]))
     assert not mismatches, json.dumps(mismatches[:5], indent=1)
     assert checked == 2 * len(case_files()) and violations > 200
-    assert time.monotonic() - started < 600
