@@ -7,9 +7,13 @@ An adapter plays the part of the Pulumi engine and of the SDK's analyzer server
   format: `{"all": "advisory", "<policy>": "disabled" | {"enforcementLevel": ..., <property>: ...}}`),
   validated against each policy's schema; values travel as protobuf `Struct`s, so numbers are floats;
 - resource policies: `Analyze` once per resource with `ResourceValidationArgs` (inputs, options,
-  provider, config); stack policies: `AnalyzeStack` with `StackValidationArgs` of `PolicyResource`s
-  (outputs, parents and dependencies linked) — properties deserialized and wrapped in the SDK's
-  unknown-checking proxy exactly as the analyzer does;
+  provider, config) — only for the types the policy judges (`gpu_guardrails.applies_to`); stack
+  policies: `AnalyzeStack` with `StackValidationArgs` of `PolicyResource`s (outputs completed by inputs;
+  parents, dependencies and property dependencies linked) — properties converted once as the analyzer
+  deserializes them (integers as floats, secrets opened) and shared read-only by every policy. They are
+  plain values, unknowns being the engine's sentinel strings, where the analyzer hands out its
+  unknown-checking proxy: the pack reads both alike (`gpu_guardrails.props.get`), and
+  tests/test_policy_grpc.py shows the real analyzer reports the same on every fixture;
 - enforcement: disabled policies do not run, remediate reports as mandatory, an unknown value read
   during validation becomes an advisory "can't run during preview" diagnostic, `not_applicable` is silent.
 
