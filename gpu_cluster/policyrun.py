@@ -1,4 +1,4 @@
-"""Run the CrossGuard pack's own policy objects on a plan or `pulumi stack export` file (DESIGN §5).
+"""Run the CrossGuard pack's own policy objects on a plan, a `pulumi stack export` or a state file.
 
 An adapter plays the part of the Pulumi engine and of the SDK's analyzer server
 (`pulumi_policy.policy._PolicyAnalyzerServicer`):
@@ -7,9 +7,13 @@ An adapter plays the part of the Pulumi engine and of the SDK's analyzer server
   format: `{"all": "advisory", "<policy>": "disabled" | {"enforcementLevel": ..., <property>: ...}}`),
   validated against each policy's schema; values travel as protobuf `Struct`s, so numbers are floats;
 - resource policies: `Analyze` once per resource with `ResourceValidationArgs` (inputs, options,
-  provider, config); stack policies: `AnalyzeStack` with `StackValidationArgs` of `PolicyResource`s
-  (outputs, parents and dependencies linked) — properties deserialized and wrapped in the SDK's
-  unknown-checking proxy exactly as the analyzer does;
+  provider, config) — only for the types the policy judges (`gpu_guardrails.applies_to`); stack
+  policies: `AnalyzeStack` with `StackValidationArgs` of `PolicyResource`s (outputs completed by inputs;
+  parents, dependencies and property dependencies linked) — properties converted once as the analyzer
+  deserializes them (integers as floats, secrets opened) and shared read-only by every policy. They are
+  plain values, unknowns being the engine's sentinel strings, where the analyzer hands out its
+  unknown-checking proxy: the pack reads both alike (`gpu_guardrails.props.get`), and
+  tests/test_policy_grpc.py shows the real analyzer reports the same on every fixture;
 - enforcement: disabled policies do not run, remediate reports as mandatory, an unknown value read
   during validation becomes an advisory "can't run during preview" diagnostic, `not_applicable` is silent.
 
@@ -186,31 +190,65 @@ def _as_engine_value(value: Any) -> Any:
 
 # ---- properties as the analyzer sees them ---------------------------------------------------------------
 
+_RESOURCE_SIG = "5cf8f73096256a8f31e491e813e4eb8e"      # pulumi.runtime.rpc: a resource reference
+_OUTPUT_VALUE_SIG = "d0e6a833031e9bbcd3f4e8bde6ca49a4"  # pulumi.runtime.rpc: an output value
+
+
+def _engine_value(v: Any) -> Any:
+    """One property value as the analyzer receives it, in one pass (no protobuf round trip per resource).
+
+    What a trip through a protobuf `Struct` does (integers become floats), then what the SDK's
+    `deserialize_properties` does (secrets unwrapped, assets and archives rebuilt); secrets are decoded
+    where the export holds plaintext and unknown where it holds only ciphertext; a resource reference
+    becomes its id (or URN), an output value its value (unknown when it has none)."""
+    t = type(v)
+    if t is dict:
+        if SPECIAL_SIG_KEY in v:
+            return _special(v)
+        return {k: (x if type(x) in _PLAIN else float(x) if type(x) is int else _engine_value(x)) for k, x in v.items()}
+    if t is list:
+        return [x if type(x) in _PLAIN else float(x) if type(x) is int else _engine_value(x) for x in v]
+    if t is int:
+        return float(v)
+    return v
+
+
+_PLAIN = (str, float, bool, type(None))
+
+
+def _special(v: dict) -> Any:
+    sig = v.get(SPECIAL_SIG_KEY)
+    if sig == SPECIAL_SECRET_SIG:
+        if "value" in v:
+            return _engine_value(v["value"])
+        if "plaintext" in v:
+            try:
+                return _engine_value(json.loads(v["plaintext"], parse_constant=_refuse_constant))
+            except (TypeError, ValueError, RecursionError):
+                return v["plaintext"] if isinstance(v["plaintext"], str) else UNKNOWN_STRING_VALUE
+        return UNKNOWN_STRING_VALUE
+    if sig == _RESOURCE_SIG:
+        ref = v.get("id") or v.get("urn")
+        return ref if isinstance(ref, str) and ref else UNKNOWN_STRING_VALUE
+    if sig == _OUTPUT_VALUE_SIG:
+        return _engine_value(v["value"]) if "value" in v else UNKNOWN_STRING_VALUE
+    try:  # assets and archives: the SDK's own reader
+        return deserialize_properties({"v": _as_engine_value(v)})["v"]
+    except (AssertionError, TypeError, ValueError):
+        return UNKNOWN_STRING_VALUE
+
+
+def _refuse_constant(name: str) -> float:
+    raise ValueError(name)
+
+
 def _engine_props(props: dict[str, Any]) -> dict[str, Any]:
-    """Secrets decoded where the export has plaintext, unknown where only ciphertext; through a Struct."""
-
-    def walk(v: Any) -> Any:
-        if isinstance(v, dict):
-            if v.get(SPECIAL_SIG_KEY) == SPECIAL_SECRET_SIG:
-                if "value" in v:
-                    return {SPECIAL_SIG_KEY: SPECIAL_SECRET_SIG, "value": walk(v["value"])}
-                if "plaintext" in v:
-                    try:
-                        return walk(json.loads(v["plaintext"]))
-                    except (TypeError, json.JSONDecodeError):
-                        return v["plaintext"]
-                return UNKNOWN_STRING_VALUE
-            return {str(k): walk(x) for k, x in v.items()}
-        if isinstance(v, (list, tuple)):
-            return [walk(x) for x in v]
-        return v
-
-    return deserialize_properties(_as_engine_value(walk(props)) or {})
+    return {k: _engine_value(v) for k, v in props.items()}
 
 
 def _with_id(props: dict[str, Any], res: Resource) -> dict[str, Any]:
     if res.id and "id" not in props:
-        return {**props, "id": res.id}
+        props["id"] = res.id
     return props
 
 
@@ -218,19 +256,28 @@ def _options(res: Resource) -> PolicyResourceOptions:
     return PolicyResourceOptions(res.protect, [], None, [], PolicyCustomTimeouts(0, 0, 0), [], res.parent or None)
 
 
-def _provider(res: Resource, by_urn: dict[str, Resource]) -> Optional[PolicyProviderResource]:
-    if not res.provider:
-        return None
-    urn = res.provider.rsplit("::", 1)[0] if res.provider.count("::") > 3 else res.provider
-    prov = by_urn.get(urn)
-    if prov is None:
-        return None
-    return PolicyProviderResource(prov.type, unknown_checking_proxy(_engine_props(prov.props)), prov.urn, prov.name)
+class _Providers:
+    """The provider resource of each resource, built once per provider reference."""
+
+    def __init__(self, by_urn: dict[str, Resource]):
+        self._by_urn, self._cache = by_urn, {}
+
+    def __call__(self, res: Resource) -> Optional[PolicyProviderResource]:
+        ref = res.provider
+        if not ref:
+            return None
+        if ref not in self._cache:
+            urn = ref.rsplit("::", 1)[0] if ref.count("::") > 3 else ref
+            prov = self._by_urn.get(urn)
+            self._cache[ref] = None if prov is None else PolicyProviderResource(
+                prov.type, unknown_checking_proxy(_engine_props(prov.props)), prov.urn, prov.name)
+        return self._cache[ref]
 
 
 # ---- running ------------------------------------------------------------------------------------------
 
 Pricer = Callable[[Plan], Any]
+Progress = Callable[[str], None]
 
 
 def _default_pricer() -> Optional[Pricer]:
@@ -244,7 +291,10 @@ def _default_pricer() -> Optional[Pricer]:
 def _estimate(plan: Plan, pricer: Optional[Pricer]) -> Optional[dict]:
     if pricer is None:
         return None
-    cost = pricer(plan)
+    try:
+        cost = pricer(plan)
+    except (ArithmeticError, AttributeError, LookupError, TypeError, ValueError, UserError):
+        return None  # a file the pricer cannot price (another project's export): no estimate to compare
     total = getattr(cost, "total", None)
     if total is None:
         return None
@@ -285,12 +335,9 @@ def _run(policy: Any, args: Any, level: EnforcementLevel, urn_default: str, out:
                            f"{type(e).__name__}: {e}") from e
 
 
-def run_policies(plan: Plan, config: Optional[dict] = None, pricer: Optional[Pricer] = None) -> list[Violation]:
-    """Every violation the pack reports on `plan`, resource policies first, in plan order.
-
-    `config` is a policy-config document (see `load_policy_config`). `pricer(plan)` returns an object
-    with `.total`, `.currency` and `.unpriced`; by default `gpu_cluster.pricing.price_plan` when it imports.
-    """
+def reconciled_config(plan: Plan, config: Optional[dict] = None,
+                      pricer: Optional[Pricer] = None) -> dict[str, tuple[EnforcementLevel, dict]]:
+    """policy name → (enforcement level, config properties as the engine sends them): what `Configure` gets."""
     problems = _config_problems(config or {})
     if problems:
         raise ValueError("policy config is invalid: " + "; ".join(problems))
@@ -300,41 +347,100 @@ def run_policies(plan: Plan, config: Optional[dict] = None, pricer: Optional[Pri
         estimate = _estimate(plan, pricer if pricer is not None else _default_pricer())
         if estimate is not None:
             settings[ESTIMATE_POLICY][1]["monthlyEstimate"] = estimate
-    engine_config = {name: _as_engine_value(props) for name, (_, props) in settings.items()}
+    return {name: (level, _as_engine_value(props)) for name, (level, props) in settings.items()}
 
-    by_urn = plan.by_urn()
+
+def analyzed(plan: Plan) -> list[Resource]:
+    """The resources the engine sends to `Analyze` one by one (every one but the root stack)."""
+    return [r for r in plan.resources if r.type != "pulumi:pulumi:Stack"]
+
+
+def run_policies(plan: Plan, config: Optional[dict] = None, pricer: Optional[Pricer] = None,
+                 progress: Optional[Progress] = None) -> list[Violation]:
+    """Every violation the pack reports on `plan`, resource policies first, in plan order.
+
+    `config` is a policy-config document (see `load_policy_config`). `pricer(plan)` returns an object
+    with `.total`, `.currency` and `.unpriced`; by default `gpu_cluster.pricing.price_plan` when it imports.
+    `progress(label)` hears of each step of a long run.
+
+    Fast by construction: each resource's properties are converted once and shared (read-only) by every
+    policy, and a resource policy runs only on the types it can judge (`gpu_guardrails.applies_to`).
+    """
+    settings = reconciled_config(plan, config, pricer)
+    engine_config = {name: props or None for name, (_, props) in settings.items()}
+    providers = _Providers(plan.by_urn())
     violations: list[Violation] = []
-    analyzed = [r for r in plan.resources if r.type != "pulumi:pulumi:Stack"]
 
     resource_policies = [p for p in POLICIES if isinstance(p, ResourceValidationPolicy)
                          and settings[p.name][0] != EnforcementLevel.DISABLED]
-    for res in analyzed:
-        base = _with_id(_engine_props(res.inputs if res.inputs else res.outputs), res)
-        opts, provider = _options(res), _provider(res, by_urn)
-        for policy in resource_policies:
-            args = ResourceValidationArgs(res.type, unknown_checking_proxy(copy.deepcopy(base)), res.urn, res.name,
-                                          opts, provider, engine_config[policy.name] or None)
+    scopes = {p.name: gpu_guardrails.applies_to(p, settings[p.name][1]) for p in resource_policies}
+    by_type: dict[str, list[Any]] = {}
+    if progress is not None:
+        progress("resource policies")
+    converted = _Converted(plan)
+    for res in analyzed(plan):
+        policies = by_type.get(res.type)
+        if policies is None:
+            policies = by_type[res.type] = [p for p in resource_policies
+                                            if scopes[p.name] is None or res.type in scopes[p.name]]
+        if not policies:
+            continue
+        props = converted.analyzed(res)
+        opts, provider = _options(res), providers(res)
+        for policy in policies:
+            args = ResourceValidationArgs(res.type, props, res.urn, res.name, opts, provider,
+                                          engine_config[policy.name])
             _run(policy, args, settings[policy.name][0], res.urn, violations, is_stack=False)
 
-    for policy in POLICIES:
-        if not isinstance(policy, StackValidationPolicy) or settings[policy.name][0] == EnforcementLevel.DISABLED:
-            continue
-        resources = _policy_resources(plan, by_urn)
-        args = StackValidationArgs(resources, engine_config[policy.name] or None)
-        _run(policy, args, settings[policy.name][0], "", violations, is_stack=True)
+    stack_policies = [p for p in POLICIES if isinstance(p, StackValidationPolicy)
+                      and settings[p.name][0] != EnforcementLevel.DISABLED]
+    if stack_policies:
+        resources = _policy_resources(plan, providers, converted)
+        for policy in stack_policies:
+            if progress is not None:
+                progress(policy.name)
+            args = StackValidationArgs(resources, engine_config[policy.name])
+            _run(policy, args, settings[policy.name][0], "", violations, is_stack=True)
     return violations
 
 
-def _policy_resources(plan: Plan, by_urn: dict[str, Resource]) -> list[PolicyResource]:
+class _Converted:
+    """Each resource's inputs and outputs converted once (`_engine_value`), shared by `Analyze` (inputs)
+    and `AnalyzeStack` (outputs completed by inputs). Policies only read them."""
+
+    def __init__(self, plan: Plan):
+        self._cache: dict[str, tuple[dict, dict]] = {}
+
+    def _both(self, res: Resource) -> tuple[dict, dict]:
+        got = self._cache.get(res.urn)
+        if got is None:
+            got = self._cache[res.urn] = (_engine_props(res.inputs), _engine_props(res.outputs))
+        return got
+
+    def analyzed(self, res: Resource) -> dict:
+        inputs, outputs = self._both(res)
+        return _with_id(dict(inputs if inputs else outputs), res)
+
+    def stacked(self, res: Resource) -> dict:
+        inputs, outputs = self._both(res)
+        return _with_id({**outputs, **inputs} if outputs else dict(inputs), res)
+
+
+def _policy_resources(plan: Plan, providers: Callable[[Resource], Any],
+                      converted: Optional[_Converted] = None) -> list[PolicyResource]:
+    """The stack as `AnalyzeStack` hands it to stack policies: outputs, parents and (property) dependencies."""
+    converted = converted or _Converted(plan)
     out: dict[str, PolicyResource] = {}
     for r in plan.resources:
-        out[r.urn] = PolicyResource(r.type, unknown_checking_proxy(_with_id(_engine_props(r.props), r)), r.urn, r.name,
-                                    _options(r), _provider(r, by_urn), None, [], {})
+        out[r.urn] = PolicyResource(r.type, converted.stacked(r), r.urn,
+                                    r.name, _options(r), providers(r), None, [], {})
     for r in plan.resources:
         pr = out[r.urn]
         if r.parent in out:
             pr.parent = out[r.parent]
         pr.dependencies.extend(out[d] for d in r.dependencies if d in out)
+        for key, urns in r.property_dependencies.items():
+            pr.property_dependencies[key] = [out[d] for d in urns if d in out]
     return list(out.values())
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from gpu_cluster.plan import Plan
 from gpu_cluster.policyrun import POLICIES, run_policies
-from policy_fixtures import BASELINES, FIXTURES, case_files, load
+from policy_fixtures import BASELINES, FIXTURES, FORMS, case_files, load
 
 ENFORCEMENT = {p.name: p.enforcement_level.value for p in POLICIES}
 
@@ -24,9 +24,10 @@ def test_baselines_are_clean(baseline):
     assert run_policies(plan) == []
 
 
+@pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("path", case_files(), ids=lambda p: f"{p.parent.name}/{p.stem}")
-def test_case(path):
-    plan, config, expect = load(path)
+def test_case(path, form):
+    plan, config, expect = load(path, form)
     violations = run_policies(plan, config)
     assert {(v.policy, v.urn) for v in violations} == expect
     for v in violations:

@@ -17,20 +17,24 @@ from gpu_cluster.policyrun import POLICIES, Violation, format_violations, load_p
 from policy_fixtures import FIXTURES, case_files
 
 ROOT = Path(__file__).resolve().parent.parent
-# DESIGN §7 (contract): the policy names, and the one advisory policy.
-DESIGN_NAMES = {
+# The contract: the policy names (stack files, policy groups and CI configs refer to them), and the one
+# advisory policy.
+CONTRACT_NAMES = {
     "dedicated-subnet", "no-spot-only-critical", "single-zone", "placement-required", "rdma-enabled",
     "snapshot-schedule", "budget-alarm", "budget-covers-estimate", "no-public-ssh", "imdsv2-required",
-    "storage-encrypted", "checkpoint-bucket-private", "stateful-protected",
+    "storage-encrypted", "checkpoint-bucket-private", "stateful-protected", "no-public-ip",
 }
 ADVISORY = {"budget-covers-estimate"}
-STACK_POLICIES = {"dedicated-subnet", "no-spot-only-critical", "single-zone", "budget-alarm"}
+# Rules that relate resources to each other (a node to its subnet, a rule to its security group, a disk to
+# the stack's encryption-by-default) must see the whole stack.
+STACK_POLICIES = {"dedicated-subnet", "no-spot-only-critical", "single-zone", "budget-alarm", "no-public-ip",
+                  "no-public-ssh", "storage-encrypted", "checkpoint-bucket-private", "snapshot-schedule"}
 
 
-def test_names_are_unique_and_the_design_names():
+def test_names_are_unique_and_the_contract_names():
     names = [p.name for p in POLICIES]
-    assert len(names) == len(set(names))
-    assert set(names) == DESIGN_NAMES
+    assert len(names) == len(set(names)) == 14
+    assert set(names) == CONTRACT_NAMES
 
 
 @pytest.mark.parametrize("policy", POLICIES, ids=lambda p: p.name)
@@ -55,7 +59,7 @@ def test_every_policy_has_compliant_and_violating_fixtures(policy):
 
 
 def test_fixture_directories_are_policies():
-    assert {p.parent.name for p in case_files()} == DESIGN_NAMES
+    assert {p.parent.name for p in case_files()} == CONTRACT_NAMES
 
 
 def test_pack_main_assembles_the_same_policies():
@@ -68,7 +72,7 @@ def test_pack_main_assembles_the_same_policies():
 
 def test_docs_describe_every_policy():
     doc = (ROOT / "docs" / "policies.md").read_text()
-    for name in DESIGN_NAMES:
+    for name in CONTRACT_NAMES:
         assert f"`{name}`" in doc
 
 

@@ -7,7 +7,7 @@ from typing import Any
 from pulumi_policy import EnforcementLevel, PolicyConfigSchema, StackValidationPolicy
 
 from .props import UNKNOWN, as_number, as_str, get, items, known, short
-from .stack import StackView, config_value
+from .stack import StackView, config_value, view_of
 
 AWS_BUDGET = "aws:budgets/budget:Budget"
 TC_BUDGET = "tencentcloud:Billing/budget:Budget"
@@ -22,7 +22,7 @@ def _subscribed(notification: Any) -> bool:
 
 
 def _budget_alarm(args: Any, report_violation: Any) -> None:
-    view = StackView(args.resources)
+    view = view_of(args.resources)
     nodes = view.gpu_nodes()
     if not nodes:
         return
@@ -88,7 +88,7 @@ def _budget_covers_estimate(args: Any, report_violation: Any) -> None:
     tencent_currency = as_str(config_value(args, "tencentBudgetCurrency", "CNY")) or "CNY"
     unpriced = get(estimate, "unpriced")
     unpriced_n = len(items(unpriced)) if not isinstance(unpriced, (int, float)) else int(unpriced)
-    view = StackView(args.resources)
+    view = view_of(args.resources)
     for b, limit, unit in _limits(view):
         unit = unit or tencent_currency
         if unit != currency:

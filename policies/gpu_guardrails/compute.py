@@ -8,14 +8,15 @@ from pulumi_policy import EnforcementLevel, PolicyConfigSchema, ResourceValidati
 
 from .props import UNKNOWN, as_int, as_str, get, items, known, short
 from .shapes import efa_interfaces, is_gpu_type, is_tencent_hcc
-from .stack import (AWS_ASG, AWS_LAUNCH_TEMPLATE, AWS_PLACEMENT_GROUP, TC_HPC_CLUSTER, Node, Ref, StackView,
-                    config_list, config_value)
+from .stack import (AWS_ASG, AWS_INSTANCE, AWS_LAUNCH_CONFIG, AWS_LAUNCH_TEMPLATE, AWS_PLACEMENT_GROUP,
+                    AWS_SPOT_FLEET, AWS_SPOT_REQUEST, TC_K8S_CLUSTER, Node, Ref, StackView, config_list, config_value,
+                    view_of)
 
 
 # ---- no-spot-only-critical -------------------------------------------------------------------------
 
 def _no_spot_only_critical(args: Any, report_violation: Any) -> None:
-    view = StackView(args.resources)
+    view = view_of(args.resources)
     critical = {v for v in config_list(args, "criticalValues") if isinstance(v, str)} or {"critical"}
     minimum = as_int(config_value(args, "minOnDemandNodes", 1)) or 1
     for cluster, nodes in view.clusters().items():
@@ -55,22 +56,35 @@ no_spot_only_critical = StackValidationPolicy(
 
 # ---- placement-required ------------------------------------------------------------------------------
 
+_PG_KEYS = ("name", "id", "placementGroupId", "arn")
+
+
 def _placement_ref(view: StackView, node: Node) -> Ref:
+    """The placement group a node's machines launch into: its own setting, else its launch template's."""
     res = node.resource
-    for key in ("placementGroup", "placementGroupId"):
-        if get(res.props, key) is not None:
-            return view.ref(res, key, (AWS_PLACEMENT_GROUP,), keys=("name", "id", "placementGroupId", "arn"))
-    lt = node.launch_template.resource
-    if lt is not None:
+    if res.resource_type in (AWS_INSTANCE, AWS_SPOT_REQUEST, AWS_ASG):
+        for key in ("placementGroup", "placementGroupId"):
+            if get(res.props, key) is not None:
+                return view.ref(res, key, (AWS_PLACEMENT_GROUP,), keys=_PG_KEYS)
+    if res.resource_type == AWS_SPOT_FLEET:
+        for spec in items(get(res.props, "launchSpecifications")):
+            if get(spec, "placementGroup") is not None:
+                return view.ref(res, "launchSpecifications", (AWS_PLACEMENT_GROUP,),
+                                value=get(spec, "placementGroup"), keys=_PG_KEYS)
+    for tref in node.templates:
+        lt = tref.resource
+        if lt is None:
+            if tref.unknown:
+                return Ref(present=True)  # the template is unknown until the update: nothing to judge
+            continue
         for key in ("placement.groupName", "placement.groupId"):
             if get(lt.props, key) is not None:
-                return view.ref(lt, "placement", (AWS_PLACEMENT_GROUP,), value=get(lt.props, key),
-                                keys=("name", "id", "placementGroupId", "arn"))
+                return view.ref(lt, "placement", (AWS_PLACEMENT_GROUP,), value=get(lt.props, key), keys=_PG_KEYS)
     return Ref()
 
 
 def _placement_required(args: Any, report_violation: Any) -> None:
-    view = StackView(args.resources)
+    view = view_of(args.resources)
     min_nodes = as_int(config_value(args, "minNodes", 2)) or 2
     tiers = {v for v in config_list(args, "alwaysForTiers") if isinstance(v, str)}
     for cluster, nodes in view.clusters().items():
@@ -80,7 +94,7 @@ def _placement_required(args: Any, report_violation: Any) -> None:
         why = f"{total} nodes" if total >= min_nodes else f"tier {nodes[0].tier}"
         label = cluster or "(untagged)"
         for n in nodes:
-            name = short(n.urn)
+            name = n.label
             if n.cloud == "aws":
                 ref = _placement_ref(view, n)
                 if not ref.present:
@@ -96,9 +110,15 @@ def _placement_required(args: Any, report_violation: Any) -> None:
                             f"'{short(ref.resource.urn)}' with strategy '{strategy}'; use strategy 'cluster'.",
                             n.urn)
             elif n.cloud == "tencentcloud" and is_tencent_hcc(n.instance_type):
-                if get(n.resource.props, "hpcClusterId") is None:
+                if n.hpc is None:
                     report_violation(
-                        f"GPU node '{name}' of cluster '{label}' ({why}) is an HCC shape ({n.instance_type}) "
+                        f"GPU node group '{n.label}' of cluster '{label}' ({why}) launches an HCC shape "
+                        f"({n.instance_type}), but Auto Scaling groups and TKE node pools cannot place machines in an "
+                        f"HPC cluster (no hpc_cluster_id), so they get no RDMA network; run HCC nodes as "
+                        f"tencentcloud.Instance (or cluster worker configs) with hpc_cluster_id.", n.urn)
+                elif not n.hpc.present:
+                    report_violation(
+                        f"GPU node '{n.label}' of cluster '{label}' ({why}) is an HCC shape ({n.instance_type}) "
                         f"outside any HPC cluster, so it has no RDMA network; create a tencentcloud.cvm.HpcCluster "
                         f"in the cluster's zone and set hpc_cluster_id on every node.", n.urn)
 
@@ -136,7 +156,7 @@ def _efa_cards(lt: Any) -> int:
 
 
 def _rdma_enabled(args: Any, report_violation: Any) -> None:
-    view = StackView(args.resources)
+    view = view_of(args.resources)
     min_nodes = as_int(config_value(args, "minNodes", 2)) or 2
     overrides_raw = get(args.get_config(), "efaInterfaces")
     overrides = {k: get(overrides_raw, (k,)) for k in overrides_raw} if hasattr(overrides_raw, "keys") else {}
@@ -148,27 +168,32 @@ def _rdma_enabled(args: Any, report_violation: Any) -> None:
         hpc_home = None
         for n in nodes:
             if n.cloud == "aws":
-                need = efa_interfaces(n.instance_type, overrides)
+                need = max((efa_interfaces(t, overrides) for t in n.instance_types), default=0)
                 if need == 0:
                     continue
-                lt = n.launch_template.resource
-                if lt is None and n.launch_template.present and n.launch_template.outside is None:
-                    continue  # unknown template during preview
+                tref = next((r for r in n.templates if r.resource is None or r.resource.resource_type in
+                             (AWS_LAUNCH_TEMPLATE, AWS_LAUNCH_CONFIG)), None)
+                if tref is not None and tref.resource is None:
+                    continue  # a template unknown during preview, or one this stack cannot see
+                lt = tref.resource if tref is not None else None
                 if lt is not None and get(lt.props, "networkInterfaces") is UNKNOWN:
                     continue
-                have = _efa_cards(lt) if lt is not None else 0
+                # Launch configurations and spot-fleet launch specifications cannot declare EFA interfaces.
+                have = _efa_cards(lt) if lt is not None and lt.resource_type == AWS_LAUNCH_TEMPLATE else 0
                 target = lt.urn if lt is not None else n.urn
                 if have < need and target not in reported:
                     reported.add(target)
-                    where = f"launch template '{short(lt.urn)}'" if lt is not None else f"node '{short(n.urn)}'"
+                    kind = "launch configuration" if lt is not None and lt.resource_type == AWS_LAUNCH_CONFIG \
+                        else "launch template"
+                    where = f"{kind} '{short(lt.urn)}'" if lt is not None else f"node '{n.label}'"
                     report_violation(
                         f"{n.instance_type} has {need} EFA interfaces but {where} of cluster '{label}' enables "
-                        f"{have}; add a network interface with interface_type 'efa' (card 0) or 'efa-only' on "
-                        f"every network_card_index 0..{need - 1}, or NCCL runs over TCP at a fraction of the "
-                        f"bandwidth.", target)
+                        f"{have}; launch it from a launch template with a network interface of interface_type "
+                        f"'efa' (card 0) or 'efa-only' on every network_card_index 0..{need - 1}, or NCCL runs over "
+                        f"TCP at a fraction of the bandwidth.", target)
             elif n.cloud == "tencentcloud" and is_tencent_hcc(n.instance_type):
-                ref = view.ref(n.resource, "hpcClusterId", (TC_HPC_CLUSTER,))
-                if not ref.present:
+                ref = n.hpc
+                if ref is None or not ref.present:
                     continue  # placement-required reports the missing HPC cluster
                 key = ref.resource.urn if ref.resource is not None else ref.outside
                 if key is None:
@@ -177,8 +202,8 @@ def _rdma_enabled(args: Any, report_violation: Any) -> None:
                     hpc_home = key
                 elif key != hpc_home:
                     report_violation(
-                        f"GPU node '{short(n.urn)}' of cluster '{label}' is in a different HPC cluster than "
-                        f"'{short(nodes[0].urn)}'; RDMA only connects nodes of one HPC cluster, so put every "
+                        f"GPU node '{n.label}' of cluster '{label}' is in a different HPC cluster than "
+                        f"'{nodes[0].label}'; RDMA only connects nodes of one HPC cluster, so put every "
                         f"node in the same one.", n.urn)
 
 
@@ -205,21 +230,36 @@ rdma_enabled = StackValidationPolicy(
 
 # ---- imdsv2-required ---------------------------------------------------------------------------------
 
-_IMDS_TYPES = ("aws:ec2/instance:Instance", "aws:ec2/spotInstanceRequest:SpotInstanceRequest", AWS_LAUNCH_TEMPLATE)
+IMDS_TYPES = (AWS_INSTANCE, AWS_SPOT_REQUEST, AWS_LAUNCH_TEMPLATE, AWS_LAUNCH_CONFIG, AWS_SPOT_FLEET)
+
+
+def _imds_gpu(props: Any, resource_type: str) -> bool:
+    types = [get(props, "instanceType")] + [get(s, "instanceType") for s in items(get(props, "launchSpecifications"))]
+    return any(is_gpu_type(as_str(t)) for t in types)
 
 
 def _imdsv2_required(args: Any, report_violation: Any) -> None:
-    if args.resource_type not in _IMDS_TYPES:
+    t, props = args.resource_type, args.props
+    if t not in IMDS_TYPES:
         return
-    props = args.props
-    if config_value(args, "gpuNodesOnly", False) is True and not is_gpu_type(as_str(get(props, "instanceType"))):
+    if config_value(args, "gpuNodesOnly", False) is True and not _imds_gpu(props, t):
+        return
+    if t == AWS_SPOT_FLEET:
+        # Spot-fleet launch specifications have no metadata options (pulumi-aws 7.51.1
+        # SpotFleetRequestLaunchSpecificationArgs): only a launch template can require IMDSv2.
+        specs = items(get(props, "launchSpecifications"))
+        if specs:
+            report_violation(
+                f"The spot fleet request '{args.name}' launches {len(specs)} launch specification(s), which cannot "
+                f"require IMDSv2; use launch_template_configs with a launch template whose "
+                f"metadata_options.http_tokens is 'required'.")
         return
     tokens, endpoint = get(props, "metadataOptions.httpTokens"), get(props, "metadataOptions.httpEndpoint")
     if tokens is UNKNOWN or endpoint is UNKNOWN or tokens == "required" or endpoint == "disabled":
         return
-    if tokens is None and args.resource_type != AWS_LAUNCH_TEMPLATE and get(props, "launchTemplate") is not None:
+    if tokens is None and t in (AWS_INSTANCE, AWS_SPOT_REQUEST) and get(props, "launchTemplate") is not None:
         return  # the instance inherits its launch template's metadata options, checked on the template
-    kind = "launch template" if args.resource_type == AWS_LAUNCH_TEMPLATE else "instance"
+    kind = {AWS_LAUNCH_TEMPLATE: "launch template", AWS_LAUNCH_CONFIG: "launch configuration"}.get(t, "instance")
     report_violation(
         f"The {kind} '{args.name}' allows IMDSv1 (metadataOptions.httpTokens is "
         f"{repr(tokens) if tokens is not None else 'unset'}); set metadata_options.http_tokens='required' so "
@@ -228,13 +268,14 @@ def _imdsv2_required(args: Any, report_violation: Any) -> None:
 
 imdsv2_required = ResourceValidationPolicy(
     name="imdsv2-required",
-    description="AWS instances and launch templates require IMDSv2 session tokens (httpTokens: required).",
+    description="AWS instances, launch templates, launch configurations and spot fleets require IMDSv2 session "
+                "tokens (httpTokens: required).",
     enforcement_level=EnforcementLevel.MANDATORY,
     validate=_imdsv2_required,
     config_schema=PolicyConfigSchema(properties={
         "gpuNodesOnly": {
             "type": "boolean", "default": False,
-            "description": "Check only instances and templates with a GPU instance type.",
+            "description": "Check only instances, templates and fleets with a GPU instance type.",
         },
     }),
     remediation_steps="Set metadata_options={'http_tokens': 'required', 'http_endpoint': 'enabled'}.",

@@ -1,26 +1,32 @@
-"""Network guardrails: a dedicated subnet per cluster, one zone per cluster, no SSH/RDP from anywhere."""
+"""Network guardrails: a dedicated subnet per cluster, one zone, no admin port open to the internet, no public IPs."""
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional
+from dataclasses import dataclass
+from typing import Any, Optional
 
-from pulumi_policy import EnforcementLevel, PolicyConfigSchema, ResourceValidationPolicy, StackValidationPolicy
+from pulumi_policy import EnforcementLevel, PolicyConfigSchema, StackValidationPolicy
 
-from .props import CLUSTER_TAG, as_int, as_str, get, items, short, tags_of
-from .stack import (COMPUTE_TYPES, SUBNET_TYPES, TC_HPC_CLUSTER, TC_INSTANCE, StackView, config_list,
-                    config_value, is_default_vpc)
+from . import cidrs
+from .props import CLUSTER_TAG, UNKNOWN, as_bool, as_int, as_str, get, items, known, short, tags_of
+from .shapes import is_gpu_type
+from .stack import (AWS_DEFAULT_SUBNET, AWS_INSTANCE, AWS_LAUNCH_CONFIG, AWS_LAUNCH_TEMPLATE, AWS_NODE_GROUP,
+                    AWS_SPOT_FLEET, AWS_SPOT_REQUEST, SUBNET_TYPES, TC_HPC_CLUSTER, TC_INSTANCE, TC_K8S_CLUSTER,
+                    TC_NODE_POOL, TC_SCALING_CONFIG, Node, Ref, StackView, config_list, config_value, is_default_vpc,
+                    view_of)
 
 
 # ---- dedicated-subnet ---------------------------------------------------------------------------
 
 def _dedicated_subnet(args: Any, report_violation: Any) -> None:
-    view = StackView(args.resources)
+    view = view_of(args.resources)
     allowed = {v for v in config_list(args, "allowedSharedSubnetIds") if isinstance(v, str)}
     cluster_subnets: dict[str, str] = {}  # subnet URN → the cluster whose GPU nodes it hosts
     for node in view.gpu_nodes():
-        name, cluster = short(node.urn), node.cluster or "(untagged)"
+        name, cluster = node.label, node.cluster or "(untagged)"
         if not node.subnets:
-            if node.cloud == "aws":
+            if node.cloud == "aws" and node.resource.resource_type != AWS_NODE_GROUP \
+                    and not any(t.unknown for t in node.templates):
                 report_violation(
                     f"GPU node '{name}' sets no subnet, so AWS launches it in the default VPC; give it the "
                     f"subnet this stack creates for cluster '{cluster}'.", node.urn)
@@ -36,7 +42,7 @@ def _dedicated_subnet(args: Any, report_violation: Any) -> None:
                 continue
             subnet = ref.resource
             if subnet is None:
-                continue  # unknown during preview and no dependency edge: nothing to judge
+                continue  # unknown during preview and nothing says which subnet: nothing to judge
             if is_default_vpc(view, subnet):
                 report_violation(
                     f"GPU node '{name}' runs in subnet '{short(subnet.urn)}' of a default VPC; create a VPC "
@@ -50,19 +56,16 @@ def _dedicated_subnet(args: Any, report_violation: Any) -> None:
                     node.urn)
                 continue
             cluster_subnets.setdefault(subnet.urn, node.cluster)
-    for res in view.of_type(*COMPUTE_TYPES):
-        lt = view.launch_template_of(res)
-        tags = tags_of(res.props) or (tags_of(lt.resource.props) if lt.resource is not None else {})
-        mine = tags.get(CLUSTER_TAG, "")
-        for ref in view.subnets_of(res, lt):
+    for n in view.capacity():
+        for ref in n.subnets:
             if ref.resource is None or ref.resource.urn not in cluster_subnets:
                 continue
             owner = cluster_subnets[ref.resource.urn]
-            if mine != owner:
+            if n.cluster != owner:
                 report_violation(
-                    f"'{short(res.urn)}' is not part of cluster '{owner or '(untagged)'}' but runs in its subnet "
+                    f"'{n.label}' is not part of cluster '{owner or '(untagged)'}' but runs in its subnet "
                     f"'{short(ref.resource.urn)}'; move it to a subnet of its own so the GPU cluster's "
-                    f"subnet stays dedicated.", res.urn)
+                    f"subnet stays dedicated.", n.urn)
                 break
 
 
@@ -94,21 +97,21 @@ _ZONED_TYPES = (
 
 
 def _single_zone(args: Any, report_violation: Any) -> None:
-    view = StackView(args.resources)
+    view = view_of(args.resources)
     include_storage = config_value(args, "includeStorage", True) is not False
     for cluster, nodes in view.clusters().items():
         members: dict[str, tuple[Any, list[str]]] = {}
         for node in nodes:
-            members[node.urn] = (node.resource, view.zones_of(node.resource))
-            if node.resource.resource_type == TC_INSTANCE:
-                hpc = view.ref(node.resource, "hpcClusterId", (TC_HPC_CLUSTER,)).resource
-                if hpc is not None:
-                    members.setdefault(hpc.urn, (hpc, view.zones_of(hpc)))
+            zones = members.get(node.urn, (None, []))[1]
+            members[node.urn] = (node.resource, zones + [z for z in node.zones if z not in zones])
+            hpc = node.hpc.resource if node.hpc is not None else None
+            if hpc is not None:
+                members.setdefault(hpc.urn, (hpc, view.zones_of(hpc)))
         if cluster and include_storage:
             for res in view.of_type(*_ZONED_TYPES):
                 if tags_of(res.props).get(CLUSTER_TAG) == cluster:
                     members.setdefault(res.urn, (res, view.zones_of(res)))
-        home = _home_zone([z for node in nodes for z in view.zones_of(node.resource)],
+        home = _home_zone([z for node in nodes for z in node.zones],
                           [z for _, zones in members.values() for z in zones])
         if home is None:
             continue
@@ -123,12 +126,12 @@ def _single_zone(args: Any, report_violation: Any) -> None:
 
 
 def _home_zone(node_zones: list[str], all_zones: list[str]) -> Optional[str]:
-    """The first GPU node's zone, or else the most common zone."""
-    if node_zones:
-        return node_zones[0]
+    """The zone most of the cluster (nodes, disks, file systems, subnets) is in; on a tie the first GPU
+    node's zone, so one stray member is what gets reported."""
     if not all_zones:
         return None
-    return max(sorted(set(all_zones)), key=all_zones.count)
+    order = {z: i for i, z in reversed(list(enumerate(node_zones + all_zones)))}
+    return max(sorted(set(all_zones)), key=lambda z: (all_zones.count(z), -order[z]))
 
 
 single_zone = StackValidationPolicy(
@@ -149,107 +152,526 @@ single_zone = StackValidationPolicy(
 
 # ---- no-public-ssh --------------------------------------------------------------------------------
 
-_WORLD = ("0.0.0.0/0", "::/0")
+# AWS Foundational Security Best Practices, control EC2.19 "Security groups should not allow unrestricted
+# access to ports with high risk" (https://docs.aws.amazon.com/securityhub/latest/userguide/ec2-controls.html#ec2-19):
+# the ports it checks. EC2.21 applies 22 and 3389 to network ACLs; this rule checks the same list everywhere.
+EC2_19_PORTS = [20, 21, 22, 23, 25, 110, 135, 143, 445, 1433, 1434, 3000, 3306, 3389, 4333, 5000, 5432, 5500,
+                5601, 8080, 8088, 8888, 9200, 9300]
+
+AWS_SG = "aws:ec2/securityGroup:SecurityGroup"
+AWS_DEFAULT_SG = "aws:ec2/defaultSecurityGroup:DefaultSecurityGroup"
+AWS_SG_RULE = "aws:ec2/securityGroupRule:SecurityGroupRule"
+AWS_SG_INGRESS = "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"
+AWS_NACL = "aws:ec2/networkAcl:NetworkAcl"
+AWS_DEFAULT_NACL = "aws:ec2/defaultNetworkAcl:DefaultNetworkAcl"
+AWS_NACL_RULE = "aws:ec2/networkAclRule:NetworkAclRule"
+TC_SG = "tencentcloud:Security/group:Group"
+TC_SG_RULE = "tencentcloud:Security/groupRule:GroupRule"
+TC_SG_RULE_SET = "tencentcloud:Security/groupRuleSet:GroupRuleSet"
+TC_SG_LITE = "tencentcloud:Security/groupLiteRule:GroupLiteRule"
+TC_ACL = "tencentcloud:Vpc/acl:Acl"
+TC_ADDRESS = "tencentcloud:Address/template:Template"
+TC_ADDRESS_EXTRA = "tencentcloud:Address/extraTemplate:ExtraTemplate"
+TC_ADDRESS_GROUP = "tencentcloud:Address/templateGroup:TemplateGroup"
+AWS_PREFIX_LIST = "aws:ec2/managedPrefixList:ManagedPrefixList"
+AWS_PREFIX_LIST_ENTRY = "aws:ec2/managedPrefixListEntry:ManagedPrefixListEntry"
+
+Sources = Optional[list[tuple[int, cidrs.Interval, str]]]  # (family, interval, as written); None: unknown
 
 
-def _covers(protocol: Any, from_port: Any, to_port: Any, port: int) -> bool:
-    proto = str(protocol).lower() if protocol is not None else "-1"
-    if proto in ("-1", "all"):
-        return True
-    if proto not in ("tcp", "6"):
-        return False
-    lo, hi = as_int(from_port), as_int(to_port)
-    if lo is None or hi is None:
-        return False
-    return lo <= port <= hi
+@dataclass
+class _Rule:
+    urn: str
+    order: tuple
+    accept: bool
+    proto: str                   # all | tcp | udp | other | unknown
+    ports: Optional[list[tuple[int, int]]]  # None: every port
+    sources: Sources
+
+    def matches(self, port: int) -> Optional[bool]:
+        """Does the rule apply to `port`? None when that is not known."""
+        if self.proto == "unknown":
+            return None
+        if self.proto not in ("all", "tcp", "udp"):
+            return False
+        return self.ports is None or any(lo <= port <= hi for lo, hi in self.ports)
 
 
-def _tencent_port_covers(spec: Any, port: int) -> bool:
+def _aws_proto(value: Any) -> str:
+    if value is UNKNOWN:
+        return "unknown"
+    p = str(value).lower() if value is not None else "-1"
+    return {"-1": "all", "all": "all", "tcp": "tcp", "6": "tcp", "6.0": "tcp", "udp": "udp", "17": "udp",
+            "17.0": "udp"}.get(p, "other")
+
+
+def _aws_ports(proto: str, lo: Any, hi: Any) -> Optional[list[tuple[int, int]]]:
+    if proto == "all":
+        return None
+    a, b = as_int(lo), as_int(hi)
+    if a is None or b is None:
+        return [] if lo is not UNKNOWN and hi is not UNKNOWN else None
+    return [(a, b)]
+
+
+def _tc_proto(value: Any) -> str:
+    if value is UNKNOWN:
+        return "unknown"
+    p = as_str(value)
+    if p is None or p.upper() == "ALL" or not p:
+        return "all"
+    return {"TCP": "tcp", "UDP": "udp"}.get(p.upper(), "other" if not p.startswith("ppm") else "unknown")
+
+
+def _tc_ports(spec: Any) -> Optional[list[tuple[int, int]]]:
+    if spec is UNKNOWN:
+        return None
     text = as_str(spec)
     if text is None or text.strip().upper() in ("", "ALL"):
-        return True
+        return None
+    out = []
     for part in text.split(","):
         part = part.strip()
-        if "-" in part:
-            lo, _, hi = part.partition("-")
-            if lo.isdigit() and hi.isdigit() and int(lo) <= port <= int(hi):
-                return True
-        elif part.isdigit() and int(part) == port:
-            return True
-    return False
+        lo, _, hi = part.partition("-")
+        if lo.isdigit() and (not hi or hi.isdigit()):
+            out.append((int(lo), int(hi or lo)))
+    return out
 
 
-def _tencent_proto_ok(protocol: Any) -> bool:
-    proto = as_str(protocol)
-    return proto is None or proto.upper() in ("TCP", "ALL")
+def _cidr_sources(values: list[Any]) -> Sources:
+    out: list[tuple[int, cidrs.Interval, str]] = []
+    for v in values:
+        if v is UNKNOWN:
+            return None
+        text = as_str(v)
+        parsed = cidrs.parse(text) if text else None
+        if parsed is not None:
+            out.append((parsed[0], parsed[1], text))
+    return out
 
 
-def _open_ports(args: Any, ports: list[int]) -> Iterable[tuple[int, str]]:
-    t, p = args.resource_type, args.props
-    if t == "aws:ec2/securityGroup:SecurityGroup":
-        for rule in items(get(p, "ingress")):
-            cidrs = [as_str(c) for c in items(get(rule, "cidrBlocks")) + items(get(rule, "ipv6CidrBlocks"))]
-            for cidr in (c for c in cidrs if c in _WORLD):
-                for port in ports:
-                    if _covers(get(rule, "protocol"), get(rule, "fromPort"), get(rule, "toPort"), port):
-                        yield port, cidr
-    elif t == "aws:ec2/securityGroupRule:SecurityGroupRule":
-        if get(p, "type") == "ingress":
-            cidrs = [as_str(c) for c in items(get(p, "cidrBlocks")) + items(get(p, "ipv6CidrBlocks"))]
-            for cidr in (c for c in cidrs if c in _WORLD):
-                for port in ports:
-                    if _covers(get(p, "protocol"), get(p, "fromPort"), get(p, "toPort"), port):
-                        yield port, cidr
-    elif t == "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule":
-        for cidr in (as_str(get(p, "cidrIpv4")), as_str(get(p, "cidrIpv6"))):
-            if cidr in _WORLD:
-                for port in ports:
-                    if _covers(get(p, "ipProtocol"), get(p, "fromPort"), get(p, "toPort"), port):
-                        yield port, cidr
-    elif t == "tencentcloud:Security/groupRule:GroupRule":
-        cidr = as_str(get(p, "cidrIp"))
-        if get(p, "type") == "ingress" and str(get(p, "policy", "ACCEPT")).upper() == "ACCEPT" and cidr in _WORLD:
-            for port in ports:
-                if _tencent_proto_ok(get(p, "ipProtocol")) and _tencent_port_covers(get(p, "portRange"), port):
-                    yield port, cidr
-    elif t == "tencentcloud:Security/groupRuleSet:GroupRuleSet":
-        for rule in items(get(p, "ingresses")):
-            cidr = as_str(get(rule, "cidrBlock")) or as_str(get(rule, "ipv6CidrBlock"))
-            if str(get(rule, "action", "")).upper() == "ACCEPT" and cidr in _WORLD:
-                for port in ports:
-                    if _tencent_proto_ok(get(rule, "protocol")) and _tencent_port_covers(get(rule, "port"), port):
-                        yield port, cidr
-    elif t == "tencentcloud:Security/groupLiteRule:GroupLiteRule":
-        for rule in items(get(p, "ingresses")):
-            parts = (as_str(rule) or "").split("#")
-            if len(parts) == 4 and parts[0].upper() == "ACCEPT" and parts[1] in _WORLD:
-                for port in ports:
-                    if _tencent_proto_ok(parts[3]) and _tencent_port_covers(parts[2], port):
-                        yield port, parts[1]
+class _Templates:
+    """Tencent address templates (and groups of them) of the stack, by id."""
+
+    def __init__(self, view: StackView):
+        self.view = view
+
+    def sources(self, owner: Any, prop: str, template_id: Any = None, group_id: Any = None) -> Sources:
+        out: list[tuple[int, cidrs.Interval, str]] = []
+        for value, types in ((template_id, (TC_ADDRESS, TC_ADDRESS_EXTRA)), (group_id, (TC_ADDRESS_GROUP,))):
+            if value is None:
+                continue
+            ref = self.view.ref(owner, prop, types, value=value, keys=("id",))
+            if ref.resource is None:
+                return None  # an address template this stack cannot see (or not yet known)
+            got = self._expand(ref.resource, 0)
+            if got is None:
+                return None
+            out += got
+        return out
+
+    def _expand(self, res: Any, depth: int) -> Sources:
+        if res.resource_type == TC_ADDRESS_GROUP:
+            out: list[tuple[int, cidrs.Interval, str]] = []
+            for tid in items(get(res.props, "templateIds")):
+                ref = self.view.ref(res, "templateIds", (TC_ADDRESS, TC_ADDRESS_EXTRA), value=tid, keys=("id",))
+                got = self._expand(ref.resource, depth + 1) if ref.resource is not None and depth < 4 else None
+                if got is None:
+                    return None
+                out += got
+            return out
+        values = get(res.props, "addresses")
+        if values is UNKNOWN:
+            return None
+        addresses = items(values) + [get(e, "address") for e in items(get(res.props, "addressesExtras"))]
+        return _cidr_sources(addresses)
+
+
+def _prefix_list_sources(view: StackView, owner: Any, prop: str, values: list[Any]) -> Sources:
+    """The CIDRs of customer-managed prefix lists of the stack a rule names (AWS-managed lists such as
+    com.amazonaws.<region>.s3 are AWS service ranges, not the internet, and are not in the stack)."""
+    out: list[tuple[int, cidrs.Interval, str]] = []
+    for v in values:
+        ref = view.ref(owner, prop, (AWS_PREFIX_LIST,), value=v, keys=("id",))
+        if ref.resource is None:
+            if ref.unknown:
+                return None
+            continue
+        entries = get(ref.resource.props, "entries")
+        if entries is UNKNOWN:
+            return None
+        values_ = [get(e, "cidr") for e in items(entries)]
+        values_ += [get(e.props, "cidr") for e in view.of_type(AWS_PREFIX_LIST_ENTRY)
+                    if view.ref(e, "prefixListId", (AWS_PREFIX_LIST,), keys=("id",)).resource is ref.resource]
+        got = _cidr_sources(values_)
+        if got is None:
+            return None
+        out += got
+    return out
+
+
+def _merge(a: Sources, b: Sources) -> Sources:
+    return None if a is None or b is None else a + b
+
+
+def _tc_lite_source(view: StackView, templates: _Templates, res: Any, text: str) -> Sources:
+    if text.startswith("ipmg-"):
+        return templates.sources(res, "ingresses", group_id=text)
+    if text.startswith("ipm-"):
+        return templates.sources(res, "ingresses", template_id=text)
+    if text.startswith("sg-"):
+        return []  # another security group: members only
+    return _cidr_sources([text])
+
+
+def _collect(view: StackView) -> tuple[dict[Any, tuple[bool, list[_Rule]]], list[tuple[str, str]]]:
+    """Ingress rules grouped by what they belong to (security group or network ACL) → (ordered?, rules);
+    and the resources open by construction (urn, why)."""
+    groups: dict[Any, tuple[bool, list[_Rule]]] = {}
+    direct: list[tuple[str, str]] = []
+    templates = _Templates(view)
+
+    def group_of(res: Any, prop: str, types: tuple[str, ...]) -> Any:
+        ref = view.ref(res, prop, types, keys=("id",))
+        if ref.resource is not None:
+            return ref.resource.urn
+        return ("id", ref.outside) if ref.outside is not None else res.urn
+
+    def add(key: Any, ordered: bool, rule: _Rule) -> None:
+        groups.setdefault(key, (ordered, []))[1].append(rule)
+
+    for pos, res in enumerate(view.resources):
+        t, p, urn = res.resource_type, res.props, res.urn
+        if t in (AWS_SG, AWS_DEFAULT_SG):
+            for rule in items(get(p, "ingress")):
+                proto = _aws_proto(get(rule, "protocol"))
+                add(urn, False, _Rule(urn, (pos,), True, proto,
+                                      _aws_ports(proto, get(rule, "fromPort"), get(rule, "toPort")),
+                                      _merge(_cidr_sources(items(get(rule, "cidrBlocks")) + items(get(rule, "ipv6CidrBlocks"))),
+                                             _prefix_list_sources(view, res, "ingress", items(get(rule, "prefixListIds"))))))
+        elif t == AWS_SG_RULE:
+            kind = get(p, "type")
+            if kind == "ingress" or kind is UNKNOWN:
+                proto = _aws_proto(get(p, "protocol"))
+                add(group_of(res, "securityGroupId", (AWS_SG, AWS_DEFAULT_SG)), False,
+                    _Rule(urn, (pos,), kind == "ingress", proto, _aws_ports(proto, get(p, "fromPort"), get(p, "toPort")),
+                          _merge(_cidr_sources(items(get(p, "cidrBlocks")) + items(get(p, "ipv6CidrBlocks"))),
+                                 _prefix_list_sources(view, res, "prefixListIds", items(get(p, "prefixListIds"))))))
+        elif t == AWS_SG_INGRESS:
+            proto = _aws_proto(get(p, "ipProtocol"))
+            values = [v for v in (get(p, "cidrIpv4"), get(p, "cidrIpv6")) if v is not None]
+            plist = get(p, "prefixListId")
+            add(group_of(res, "securityGroupId", (AWS_SG, AWS_DEFAULT_SG)), False,
+                _Rule(urn, (pos,), True, proto, _aws_ports(proto, get(p, "fromPort"), get(p, "toPort")),
+                      _merge(_cidr_sources(values),
+                             _prefix_list_sources(view, res, "prefixListId", [plist] if plist is not None else []))))
+        elif t in (AWS_NACL, AWS_DEFAULT_NACL):
+            for rule in items(get(p, "ingress")):
+                proto = _aws_proto(get(rule, "protocol"))
+                n = as_int(get(rule, "ruleNo"))
+                action = get(rule, "action")
+                add(urn, True, _Rule(urn, (n if n is not None else 1 << 20, pos), action == "allow",
+                                     proto if action is not UNKNOWN else "unknown",
+                    _aws_ports(proto, get(rule, "fromPort"), get(rule, "toPort")),
+                    _cidr_sources([v for v in (get(rule, "cidrBlock"), get(rule, "ipv6CidrBlock")) if v is not None])))
+        elif t == AWS_NACL_RULE:
+            if as_bool(get(p, "egress")) is True:
+                continue
+            proto = _aws_proto(get(p, "protocol"))
+            n = as_int(get(p, "ruleNumber"))
+            action = get(p, "ruleAction")
+            add(group_of(res, "networkAclId", (AWS_NACL, AWS_DEFAULT_NACL)), True,
+                _Rule(urn, (n if n is not None else 1 << 20, pos), action == "allow",
+                      proto if action is not UNKNOWN else "unknown",
+                      _aws_ports(proto, get(p, "fromPort"), get(p, "toPort")),
+                      _cidr_sources([v for v in (get(p, "cidrBlock"), get(p, "ipv6CidrBlock")) if v is not None])))
+        elif t == TC_SG_RULE:
+            if get(p, "type") != "ingress":
+                continue
+            at = get(p, "addressTemplate")
+            if at is not None:
+                sources = None if at is UNKNOWN else templates.sources(
+                    res, "addressTemplate", template_id=get(at, "templateId"), group_id=get(at, "groupId"))
+            else:
+                sources = _cidr_sources([get(p, "cidrIp")]) if get(p, "cidrIp") is not None else []
+            index = as_int(get(p, "policyIndex"))
+            policy = get(p, "policy", "ACCEPT")
+            proto = _tc_proto(get(p, "ipProtocol")) if get(p, "protocolTemplate") is None else "unknown"
+            add(group_of(res, "securityGroupId", (TC_SG,)), True,
+                _Rule(urn, (0, index, 0) if index is not None else (1, pos, 0), str(policy).upper() == "ACCEPT",
+                      proto if policy is not UNKNOWN else "unknown", _tc_ports(get(p, "portRange")), sources))
+        elif t == TC_SG_RULE_SET:
+            key = group_of(res, "securityGroupId", (TC_SG,))
+            for i, rule in enumerate(items(get(p, "ingresses"))):
+                if get(rule, "addressTemplateId") is not None or get(rule, "addressTemplateGroup") is not None:
+                    sources = templates.sources(res, "ingresses", template_id=get(rule, "addressTemplateId"),
+                                                group_id=get(rule, "addressTemplateGroup"))
+                else:
+                    sources = _cidr_sources([v for v in (get(rule, "cidrBlock"), get(rule, "ipv6CidrBlock"))
+                                             if v is not None])
+                proto = _tc_proto(get(rule, "protocol"))
+                if get(rule, "serviceTemplateId") is not None or get(rule, "serviceTemplateGroup") is not None:
+                    proto = "unknown"
+                action = get(rule, "action")
+                add(key, True, _Rule(urn, (1, pos, i), str(action).upper() == "ACCEPT",
+                                     proto if action is not UNKNOWN else "unknown", _tc_ports(get(rule, "port")),
+                                     sources))
+        elif t in (TC_SG_LITE, TC_ACL):
+            key = group_of(res, "securityGroupId", (TC_SG,)) if t == TC_SG_LITE else urn
+            for i, rule in enumerate(items(get(p, "ingresses"))):
+                parts = (as_str(rule) or "").split("#")
+                if rule is UNKNOWN:
+                    add(key, True, _Rule(urn, (1, pos, i), False, "unknown", None, None))
+                    continue
+                if len(parts) < 4:
+                    continue
+                sources = _tc_lite_source(view, templates, res, parts[1].strip())
+                add(key, True, _Rule(urn, (1, pos, i), parts[0].strip().upper() == "ACCEPT", _tc_proto(parts[3]),
+                                     _tc_ports(parts[2]), sources))
+        elif t == AWS_NODE_GROUP:
+            ra = get(p, "remoteAccess")
+            key_name = get(ra, "ec2SshKey")
+            sgs = get(ra, "sourceSecurityGroupIds")
+            if known(key_name) and as_str(key_name) and sgs is not UNKNOWN and not items(sgs):
+                # terraform-provider-aws docs, eks_node_group remote_access: with an ec2_ssh_key and no
+                # source_security_group_ids, "port 22 on the worker nodes is opened to the Internet (0.0.0.0/0)".
+                direct.append((urn, "remote_access has an ec2_ssh_key and no source_security_group_ids, so EKS "
+                                    "opens port 22 to 0.0.0.0/0"))
+    return groups, direct
+
+
+def _judge(ordered: bool, rules: list[_Rule], port: int) -> dict[int, dict[str, list[cidrs.Interval]]]:
+    """family → {urn: addresses that rule's resource lets in on `port`}."""
+    out: dict[int, dict[str, list[cidrs.Interval]]] = {4: {}, 6: {}}
+    if not ordered:
+        for r in rules:
+            if r.accept and r.matches(port) and r.sources:
+                for fam, iv, _ in r.sources:
+                    out[fam].setdefault(r.urn, []).append(iv)
+        return {fam: {u: cidrs.union(v) for u, v in m.items()} for fam, m in out.items()}
+    decided: dict[int, list[cidrs.Interval]] = {4: [], 6: []}
+    for r in sorted(rules, key=lambda r: r.order):
+        hit = r.matches(port)
+        if hit is False:
+            continue
+        if hit is None or r.sources is None:
+            if not r.accept or hit is None:
+                break  # a rule we cannot read might drop everything after it: judge no further
+            continue
+        for fam in (4, 6):
+            mine = cidrs.union(iv for f, iv, _ in r.sources if f == fam)
+            if not mine:
+                continue
+            fresh = cidrs.subtract(mine, decided[fam])
+            if r.accept and fresh:
+                out[fam].setdefault(r.urn, []).extend(fresh)
+            decided[fam] = cidrs.union(decided[fam] + mine)
+    return {fam: {u: cidrs.union(v) for u, v in m.items()} for fam, m in out.items()}
+
+
+def _labels(rules: list[_Rule], urn: str, port: int) -> list[str]:
+    out: list[str] = []
+    for r in rules:
+        if r.urn == urn and r.accept and r.matches(port) and r.sources:
+            out += [text for _, _, text in r.sources if text not in out]
+    return out
 
 
 def _no_public_ssh(args: Any, report_violation: Any) -> None:
-    ports = [n for n in (as_int(v) for v in config_list(args, "ports")) if n is not None] or [22, 3389]
-    seen = set()
-    for port, cidr in _open_ports(args, ports):
-        if (port, cidr) in seen:
+    view = view_of(args.resources)
+    ports = [n for n in (as_int(v) for v in config_list(args, "ports")) if n is not None] or EC2_19_PORTS
+    groups, direct = _collect(view)
+    found: dict[str, dict[str, Any]] = {}  # urn → {"ports": [...], "sources": [...], "with": set()}
+    for key, (ordered, rules) in groups.items():
+        # What the group could let in at most (any port, before DROP / deny rules): if even that is not
+        # the whole internet, no port of it is.
+        widest = {fam: cidrs.union(iv for r in rules if r.accept and r.sources for f, iv, _ in r.sources if f == fam)
+                  for fam in (4, 6)}
+        if not any(ivs and cidrs.reaches_internet(fam, ivs) for fam, ivs in widest.items()):
             continue
-        seen.add((port, cidr))
+        for port in ports:
+            for fam, per_urn in _judge(ordered, rules, port).items():
+                total = cidrs.union(iv for ivs in per_urn.values() for iv in ivs)
+                if not total or not cidrs.reaches_internet(fam, total):
+                    continue
+                solo = [u for u, ivs in per_urn.items() if cidrs.reaches_internet(fam, ivs)]
+                culprits = solo or [u for u, ivs in per_urn.items() if cidrs.public_part(fam, ivs)]
+                for u in culprits:
+                    entry = found.setdefault(u, {"ports": [], "sources": [], "with": set()})
+                    if port not in entry["ports"]:
+                        entry["ports"].append(port)
+                    entry["sources"] += [s for s in _labels(rules, u, port) if s not in entry["sources"]]
+                    if not solo:
+                        entry["with"].update(c for c in culprits if c != u)
+    for urn, entry in found.items():
+        shown = ", ".join(str(p) for p in entry["ports"][:6]) + (" …" if len(entry["ports"]) > 6 else "")
+        together = (f" together with {', '.join(repr(short(u)) for u in sorted(entry['with']))}"
+                    if entry["with"] else "")
         report_violation(
-            f"'{args.name}' opens port {port} to {cidr}; remove that rule and reach the nodes through SSM "
-            f"Session Manager / TAT, or allow only named ranges (cluster.network.ssh_cidrs).")
+            f"'{short(urn)}' lets the whole internet reach port{'s' if len(entry['ports']) > 1 else ''} {shown} "
+            f"(sources {', '.join(entry['sources'][:6])}{together}); remove that rule and reach the nodes "
+            f"through SSM Session Manager / TAT, or allow only named ranges (cluster.network.ssh_cidrs).", urn)
+    for urn, why in direct:
+        if 22 in ports and urn not in found:
+            report_violation(f"'{short(urn)}' lets the whole internet reach port 22: {why}; list "
+                             f"source_security_group_ids, or drop the SSH key and use SSM Session Manager.", urn)
 
 
-no_public_ssh = ResourceValidationPolicy(
+no_public_ssh = StackValidationPolicy(
     name="no-public-ssh",
-    description="No security group rule opens SSH (22) or RDP (3389) to 0.0.0.0/0 or ::/0.",
+    description="No security group, network ACL or node group lets the whole internet reach SSH, RDP or another "
+                "high-risk administrative port (AWS FSBP EC2.19), over IPv4 or IPv6.",
     enforcement_level=EnforcementLevel.MANDATORY,
     validate=_no_public_ssh,
     config_schema=PolicyConfigSchema(properties={
         "ports": {
-            "type": "array", "items": {"type": "integer", "minimum": 1, "maximum": 65535}, "default": [22, 3389],
-            "description": "Ports that must never be reachable from the whole internet.",
+            "type": "array", "items": {"type": "integer", "minimum": 1, "maximum": 65535}, "default": EC2_19_PORTS,
+            "description": "Ports that must never be reachable from the whole internet (default: the high-risk "
+                           "ports of AWS FSBP control EC2.19).",
         },
     }),
-    remediation_steps="Delete the rule, or narrow its source to your VPN or office ranges.",
+    remediation_steps="Delete the rule, or narrow its source to your VPN or office ranges; on an EKS node group "
+                      "with an SSH key, list source_security_group_ids.",
+)
+
+
+# ---- no-public-ip --------------------------------------------------------------------------------
+
+AWS_EIP = "aws:ec2/eip:Eip"
+AWS_EIP_ASSOC = "aws:ec2/eipAssociation:EipAssociation"
+TC_EIP_ASSOC = "tencentcloud:Eip/association:Association"
+
+
+def _primary_nic_public(lt: Any) -> Optional[bool]:
+    """What a launch template's primary interface says about a public IPv4 address (None: unset)."""
+    nics = items(get(lt.props, "networkInterfaces"))
+    for nic in nics:
+        if (as_int(get(nic, "deviceIndex")) or 0) == 0 and (as_int(get(nic, "networkCardIndex")) or 0) == 0:
+            v = get(nic, "associatePublicIpAddress")
+            return None if v is UNKNOWN else as_bool(v)
+    return None
+
+
+def _explicit_public(view: StackView, node: Node) -> tuple[Optional[bool], Any]:
+    """(the node's own public-address setting, the resource that sets it), looking through its templates."""
+    t, p = node.resource.resource_type, node.resource.props
+    if t in (AWS_INSTANCE, AWS_SPOT_REQUEST):
+        v = get(p, "associatePublicIpAddress")
+        if v is not None and v is not UNKNOWN:
+            return as_bool(v), node.resource
+    elif t == AWS_SPOT_FLEET:
+        for spec in items(get(p, "launchSpecifications")):
+            if as_bool(get(spec, "associatePublicIpAddress")) is True:
+                return True, node.resource
+    elif t == TC_INSTANCE:
+        v = get(p, "allocatePublicIp")
+        return (None if v is UNKNOWN else as_bool(v)), node.resource
+    elif t == TC_NODE_POOL:
+        v = get(p, "autoScalingConfig.publicIpAssigned")
+        return (None if v is UNKNOWN else as_bool(v)), node.resource
+    elif t == TC_K8S_CLUSTER:
+        v = get(node.spec, "publicIpAssigned")
+        return (None if v is UNKNOWN else as_bool(v)), node.resource
+    for ref in node.templates:
+        lt = ref.resource
+        if lt is None:
+            continue
+        if lt.resource_type == AWS_LAUNCH_TEMPLATE:
+            v = _primary_nic_public(lt)
+        elif lt.resource_type == AWS_LAUNCH_CONFIG:
+            raw = get(lt.props, "associatePublicIpAddress")
+            v = None if raw is UNKNOWN else as_bool(raw)
+        elif lt.resource_type == TC_SCALING_CONFIG:
+            raw = get(lt.props, "publicIpAssigned")
+            v = None if raw is UNKNOWN else as_bool(raw)
+        else:
+            v = None
+        if v is not None:
+            return v, lt
+    return None, None
+
+
+def _maps_public(subnet: Any) -> bool:
+    v = get(subnet.props, "mapPublicIpOnLaunch")
+    if v is None and subnet.resource_type == AWS_DEFAULT_SUBNET:
+        # Default subnets give every instance a public IPv4 address
+        # (https://docs.aws.amazon.com/vpc/latest/userguide/default-vpc.html).
+        return True
+    return as_bool(v) is True
+
+
+def _no_public_ip(args: Any, report_violation: Any) -> None:
+    view = view_of(args.resources)
+    reported: set[str] = set()
+
+    def report(urn: str, message: str) -> None:
+        if urn not in reported:
+            reported.add(urn)
+            report_violation(message, urn)
+
+    nodes = view.gpu_nodes()
+    node_ids: dict[str, Node] = {}
+    for node in nodes:
+        setting, where = _explicit_public(view, node)
+        if setting is True:
+            what = "its own settings" if where is node.resource else f"'{short(where.urn)}'"
+            report(where.urn, f"GPU node '{node.label}' gets a public IP address ({what} ask for one: "
+                              f"associate_public_ip_address / allocate_public_ip / public_ip_assigned); set it to "
+                              f"false and reach the nodes through the NAT gateway and SSM / TAT.")
+        elif setting is None and node.cloud == "aws":
+            for ref in node.subnets:
+                if ref.resource is not None and _maps_public(ref.resource):
+                    report(ref.resource.urn,
+                           f"Subnet '{short(ref.resource.urn)}' gives GPU node '{node.label}' a public IP address "
+                           f"(map_public_ip_on_launch); set it to false, or set associate_public_ip_address=false "
+                           f"on the node's primary network interface.")
+        rid = as_str(get(node.resource.props, "id"))
+        if rid:
+            node_ids[rid] = node
+    # Templates with a GPU instance type that hand out public addresses, used by a node or not.
+    for lt in view.of_type(AWS_LAUNCH_TEMPLATE, AWS_LAUNCH_CONFIG, TC_SCALING_CONFIG):
+        if lt.urn in reported:
+            continue
+        types = [get(lt.props, "instanceType")] + items(get(lt.props, "instanceTypes"))
+        if not any(is_gpu_type(as_str(x)) for x in types):
+            continue
+        if lt.resource_type == AWS_LAUNCH_TEMPLATE:
+            public = _primary_nic_public(lt) is True or any(
+                as_bool(get(nic, "associatePublicIpAddress")) is True for nic in items(get(lt.props, "networkInterfaces")))
+        else:
+            key = "associatePublicIpAddress" if lt.resource_type == AWS_LAUNCH_CONFIG else "publicIpAssigned"
+            public = as_bool(get(lt.props, key)) is True
+        if public:
+            report(lt.urn, f"'{short(lt.urn)}' launches GPU machines with a public IP address; set "
+                           f"associate_public_ip_address / public_ip_assigned to false.")
+    if config_value(args, "includeElasticIps", True) is False:
+        return
+    # Elastic IPs bound to a GPU node.
+    targets = tuple({n.resource.resource_type for n in nodes if n.resource.resource_type in
+                     (AWS_INSTANCE, AWS_SPOT_REQUEST, TC_INSTANCE)})
+    gpu_urns = {n.urn for n in nodes}
+    for eip, key in [(e, "instance") for e in view.of_type(AWS_EIP)] + \
+                    [(e, "instanceId") for e in view.of_type(AWS_EIP_ASSOC, TC_EIP_ASSOC)]:
+        if get(eip.props, key) is None or not targets:
+            continue
+        ref = view.ref(eip, key, targets, keys=("id", "spotInstanceId"))
+        if ref.resource is not None and ref.resource.urn in gpu_urns:
+            report(eip.urn, f"Elastic IP '{short(eip.urn)}' binds a public address to GPU node "
+                            f"'{short(ref.resource.urn)}'; remove it and reach the node through the NAT gateway.")
+
+
+no_public_ip = StackValidationPolicy(
+    name="no-public-ip",
+    description="GPU nodes and their launch templates or configurations never get a public IP address.",
+    enforcement_level=EnforcementLevel.MANDATORY,
+    validate=_no_public_ip,
+    config_schema=PolicyConfigSchema(properties={
+        "includeElasticIps": {
+            "type": "boolean", "default": True,
+            "description": "Also reject elastic IPs bound to a GPU node (not only addresses given at launch).",
+        },
+    }),
+    remediation_steps="Set associate_public_ip_address=false (AWS instance, launch template, launch "
+                      "configuration), map_public_ip_on_launch=false on the node subnet, allocate_public_ip=false / "
+                      "public_ip_assigned=false (Tencent); delete elastic IPs bound to nodes.",
 )

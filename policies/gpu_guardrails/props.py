@@ -11,13 +11,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Iterable, Optional
 
-try:
-    from pulumi_policy.proxy import UnknownValueError, _is_unknown
-except ImportError:  # pragma: no cover - the pack always runs with pulumi-policy installed
-    UnknownValueError = LookupError  # type: ignore[misc,assignment]
+from pulumi_policy.proxy import (UNKNOWN_ARCHIVE_VALUE, UNKNOWN_ARRAY_VALUE, UNKNOWN_ASSET_VALUE,
+                                 UNKNOWN_BOOLEAN_VALUE, UNKNOWN_NUMBER_VALUE, UNKNOWN_OBJECT_VALUE,
+                                 UNKNOWN_STRING_VALUE, UnknownValueError)
 
-    def _is_unknown(o: Any) -> bool:
-        return False
+# The engine's sentinels for values not known until the update (pulumi_policy.proxy, public names).
+_SENTINELS = frozenset({UNKNOWN_ARCHIVE_VALUE, UNKNOWN_ARRAY_VALUE, UNKNOWN_ASSET_VALUE, UNKNOWN_BOOLEAN_VALUE,
+                        UNKNOWN_NUMBER_VALUE, UNKNOWN_OBJECT_VALUE, UNKNOWN_STRING_VALUE})
+
+
+def _is_unknown(o: Any) -> bool:
+    return type(o) is str and o in _SENTINELS
 
 
 class _Unknown:
@@ -44,17 +48,39 @@ TIER_TAG = "gpu-cluster:tier"
 CRITICALITY_TAG = "gpu-cluster:criticality"
 
 
+_PATHS: dict[str, tuple[str, ...]] = {}
+_MISSING = object()
+
+
 def get(obj: Any, path: str | Iterable[Any] = (), default: Any = None) -> Any:
-    """`obj` at `path` ("a.b.0.c" or a sequence of keys): the value, `UNKNOWN`, or `default` if absent."""
-    keys = path.split(".") if isinstance(path, str) and path else list(path)
+    """`obj` at `path` ("a.b.0.c" or a sequence of keys): the value, `UNKNOWN`, or `default` if absent.
+
+    Works on plain values (unknowns as the engine's sentinel strings) and on the SDK's unknown-checking
+    proxies (unknowns raise `UnknownValueError`) alike."""
+    if isinstance(path, str):
+        keys = _PATHS.get(path)
+        if keys is None:
+            keys = _PATHS[path] = tuple(path.split(".")) if path else ()
+    else:
+        keys = tuple(path)
     cur = obj
     try:
-        if _is_unknown(cur):
+        if type(cur) is str and cur in _SENTINELS:
             return UNKNOWN
         for key in keys:
             if cur is None or cur is UNKNOWN:
                 return default if cur is None else UNKNOWN
-            if isinstance(cur, Mapping):
+            t = type(cur)
+            if t is dict:
+                cur = cur.get(key, _MISSING)
+                if cur is _MISSING:
+                    return default
+            elif t is list:
+                idx = int(key)
+                if not -len(cur) <= idx < len(cur):
+                    return default
+                cur = cur[idx]
+            elif isinstance(cur, Mapping):
                 if key not in cur:
                     return default
                 cur = cur[key]
@@ -65,7 +91,7 @@ def get(obj: Any, path: str | Iterable[Any] = (), default: Any = None) -> Any:
                 cur = cur[idx]
             else:
                 return default
-            if _is_unknown(cur):
+            if type(cur) is str and cur in _SENTINELS:
                 return UNKNOWN
     except UnknownValueError:
         return UNKNOWN

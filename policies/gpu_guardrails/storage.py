@@ -4,14 +4,29 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Optional
 
+import json
+import re
+
 from pulumi_policy import EnforcementLevel, PolicyConfigSchema, ResourceValidationPolicy, StackValidationPolicy
 
 from .props import UNKNOWN, as_bool, as_int, as_str, get, items, known, short
-from .stack import StackView, config_list, config_value
+from .stack import (AWS_INSTANCE, AWS_LAUNCH_CONFIG, AWS_LAUNCH_TEMPLATE, AWS_SPOT_FLEET, TC_INSTANCE, TC_K8S_CLUSTER,
+                    TC_NODE_POOL, StackView, config_list, config_value, view_of)
 
 AWS_VOLUME = "aws:ebs/volume:Volume"
 AWS_LUSTRE = "aws:fsx/lustreFileSystem:LustreFileSystem"
+AWS_FSX_WINDOWS = "aws:fsx/windowsFileSystem:WindowsFileSystem"
+AWS_FSX_ONTAP = "aws:fsx/ontapFileSystem:OntapFileSystem"
+AWS_FSX_ONTAP_VOLUME = "aws:fsx/ontapVolume:OntapVolume"
+AWS_FSX_OPENZFS = "aws:fsx/openZfsFileSystem:OpenZfsFileSystem"
+AWS_FSX_OPENZFS_VOLUME = "aws:fsx/openZfsVolume:OpenZfsVolume"
+AWS_FSX = (AWS_LUSTRE, AWS_FSX_WINDOWS, AWS_FSX_ONTAP, AWS_FSX_ONTAP_VOLUME, AWS_FSX_OPENZFS, AWS_FSX_OPENZFS_VOLUME)
 AWS_EFS = "aws:efs/fileSystem:FileSystem"
+AWS_BACKUP_PLAN = "aws:backup/plan:Plan"
+AWS_BACKUP_SELECTION = "aws:backup/selection:Selection"
+AWS_EBS_DEFAULT = "aws:ebs/encryptionByDefault:EncryptionByDefault"
+AWS_BUCKET_POLICY = "aws:s3/bucketPolicy:BucketPolicy"
+AWS_BUCKET_ACL = ("aws:s3/bucketAcl:BucketAcl", "aws:s3/bucketAclV2:BucketAclV2")
 AWS_DLM = "aws:dlm/lifecyclePolicy:LifecyclePolicy"
 AWS_DRA = "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation"
 """FSx backs up only persistent file systems "not linked to an Amazon S3 data repository" (FSx for
@@ -29,8 +44,13 @@ TC_CFS_POLICY = "tencentcloud:Cfs/autoSnapshotPolicy:AutoSnapshotPolicy"
 TC_CFS_ATTACHMENT = "tencentcloud:Cfs/autoSnapshotPolicyAttachment:AutoSnapshotPolicyAttachment"
 TC_BUCKET = "tencentcloud:Cos/bucket:Bucket"
 TC_BUCKET_VERSION = "tencentcloud:Cos/bucketVersion:BucketVersion"
+TC_BUCKET_POLICY = "tencentcloud:Cos/bucketPolicy:BucketPolicy"
+TC_DISK_SET = "tencentcloud:Cbs/storageSet:StorageSet"
 
-STATEFUL_TYPES = [AWS_VOLUME, AWS_LUSTRE, AWS_EFS, *AWS_BUCKETS, TC_DISK, TC_CFS, TC_BUCKET]
+# Everything that holds data a replacement or `pulumi destroy` would lose: every FSx flavour (Lustre,
+# Windows File Server, ONTAP file systems and volumes, OpenZFS file systems and volumes), EFS, EBS, S3;
+# on Tencent CBS disks (single and sets), CFS (also CFS Turbo) and COS.
+STATEFUL_TYPES = [AWS_VOLUME, *AWS_FSX, AWS_EFS, *AWS_BUCKETS, TC_DISK, TC_DISK_SET, TC_CFS, TC_BUCKET]
 
 
 def _targets(view: StackView, res: Any, key: str, types: tuple[str, ...],
@@ -84,26 +104,113 @@ def _dlm_covers(policy: Any, volume_tags: dict[str, str]) -> tuple[bool, int]:
     return True, max(keep) if keep else -1
 
 
+def _arn_like(res: Any) -> str:
+    """The resource's ARN, or one with placeholders for what a plan does not know (for wildcard matching)."""
+    arn = as_str(get(res.props, "arn"))
+    if arn:
+        return arn
+    rid = as_str(get(res.props, "id")) or "x"
+    if res.resource_type == AWS_VOLUME:
+        return f"arn:aws:ec2:x:x:volume/{rid}"
+    if res.resource_type == AWS_EFS:
+        return f"arn:aws:elasticfilesystem:x:x:file-system/{rid}"
+    if res.resource_type in (AWS_FSX_ONTAP_VOLUME, AWS_FSX_OPENZFS_VOLUME):
+        return f"arn:aws:fsx:x:x:volume/x/{rid}"
+    return f"arn:aws:fsx:x:x:file-system/{rid}"
+
+
+def _wildcard(pattern: str) -> "re.Pattern[str]":
+    return re.compile("^" + ".*".join(re.escape(part) for part in pattern.split("*")) + "$")
+
+
+def _backup_selected(view: StackView) -> tuple[set[str], bool]:
+    """URNs of disks and file systems an AWS Backup selection of a plan with rules covers, and whether some
+    selection could not be read (its targets unknown until the update)."""
+    selections = view.of_type(AWS_BACKUP_SELECTION)
+    if not selections:
+        return set(), False
+    candidates = view.of_type(AWS_VOLUME, *AWS_FSX, AWS_EFS)
+    arns = [(c, _arn_like(c)) for c in candidates]
+    by_exact: dict[str, list[str]] = {}
+    for c, arn in arns:
+        for key in {arn, as_str(get(c.props, "id")) or ""} - {""}:
+            by_exact.setdefault(key, []).append(c.urn)
+    by_tag: dict[tuple[str, Any], list[str]] = {}
+    for c in candidates:
+        tags = get(c.props, "tags")
+        if hasattr(tags, "keys"):
+            for k in tags.keys():
+                v = get(tags, (k,))
+                by_tag.setdefault((str(k), v if isinstance(v, str) else UNKNOWN if v is UNKNOWN else None), []).append(c.urn)
+
+    def matching(text: str) -> list[str]:
+        if "*" not in text:
+            return by_exact.get(text, [])
+        match = _wildcard(text)
+        return [c.urn for c, arn in arns if match.match(arn)]
+
+    covered: set[str] = set()
+    unsure = False
+    for sel in selections:
+        plan_ref = view.ref(sel, "planId", (AWS_BACKUP_PLAN,), keys=("id",))
+        if plan_ref.resource is not None:
+            rules = get(plan_ref.resource.props, "rules")
+            if rules is not UNKNOWN and not items(rules):
+                continue  # a plan without rules backs up nothing
+        mine: set[str] = set()
+        resources = get(sel.props, "resources")
+        deps = [d for d in (getattr(sel, "property_dependencies", {}) or {}).get("resources", []) or []
+                if d.resource_type in (AWS_VOLUME, *AWS_FSX, AWS_EFS)]
+        for v in ([UNKNOWN] if resources is UNKNOWN else items(resources)):
+            if v is UNKNOWN:
+                if deps:
+                    mine.update(d.urn for d in deps)
+                else:
+                    unsure = True
+            elif as_str(v):
+                mine.update(matching(as_str(v)))
+        for tag in items(get(sel.props, "selectionTags")):
+            key, value = as_str(get(tag, "key")), get(tag, "value")
+            if key is None:
+                continue
+            if value is UNKNOWN:
+                mine.update(u for (k, _), urns in by_tag.items() if k == key for u in urns)
+            else:
+                mine.update(by_tag.get((key, value), []))
+                mine.update(by_tag.get((key, UNKNOWN), []))
+        for text in (as_str(v) for v in items(get(sel.props, "notResources"))):
+            if text:
+                mine -= set(matching(text))
+        covered |= mine
+    return covered, unsure
+
+
 def _snapshot_schedule(args: Any, report_violation: Any) -> None:
-    view = StackView(args.resources)
+    view = view_of(args.resources)
     min_keep = as_int(config_value(args, "minRetention", 1)) or 1
     min_days = as_int(config_value(args, "minBackupRetentionDays", 1)) or 1
     dlm = view.of_type(AWS_DLM)
+    backed, backup_unsure = _backup_selected(view)
     for vol in view.of_type(AWS_VOLUME):
+        if vol.urn in backed or backup_unsure:
+            continue  # AWS Backup takes its snapshots
         tags = get(vol.props, "tags")
         if tags is UNKNOWN:
             continue
         covers = [c for c in (_dlm_covers(p, tags if tags is not None else {}) for p in dlm) if c[0]]
         if not covers:
             report_violation(
-                f"EBS volume '{short(vol.urn)}' matches no enabled DLM lifecycle policy; add an "
-                f"aws.dlm.LifecyclePolicy whose policy_details.target_tags match the volume's tags.", vol.urn)
+                f"EBS volume '{short(vol.urn)}' matches no enabled DLM lifecycle policy and no AWS Backup selection; "
+                f"add an aws.dlm.LifecyclePolicy whose policy_details.target_tags match the volume's tags, or an "
+                f"aws.backup.Selection of a backup plan that lists it.", vol.urn)
         elif all(0 <= keep < min_keep for _, keep in covers):
             report_violation(
                 f"EBS volume '{short(vol.urn)}' keeps only {max(k for _, k in covers)} snapshots; raise the DLM "
                 f"retain_rule count to at least {min_keep}.", vol.urn)
     linked = {t.urn for dra in view.of_type(AWS_DRA) for t in (_targets(view, dra, "fileSystemId", (AWS_LUSTRE,)) or [])}
     for fs in view.of_type(AWS_LUSTRE):
+        if fs.urn in backed or backup_unsure:
+            continue
         deployment = as_str(get(fs.props, "deploymentType")) or ""
         if deployment.startswith("SCRATCH"):
             continue  # scratch file systems cannot be backed up; they hold nothing that must survive
@@ -116,7 +223,7 @@ def _snapshot_schedule(args: Any, report_violation: Any) -> None:
             report_violation(
                 f"FSx for Lustre '{short(fs.urn)}' has automatic backups "
                 f"{'off' if not as_int(days) else f'kept {as_int(days)} days'}; set "
-                f"automatic_backup_retention_days to at least {min_days}.", fs.urn)
+                f"automatic_backup_retention_days to at least {min_days} (or select it in an AWS Backup plan).", fs.urn)
     _tencent_schedules(view, TC_DISK, TC_SNAPSHOT_ATTACHMENT, ("storageId", "storageIds"), "snapshotPolicyId",
                        TC_SNAPSHOT_POLICY, "retentionDays", 7, min_keep, "CBS disk", "cbs.SnapshotPolicyAttachment",
                        report_violation)
@@ -165,41 +272,68 @@ snapshot_schedule = StackValidationPolicy(
             "description": "Days of FSx for Lustre automatic backups (persistent deployment types).",
         },
     }),
-    remediation_steps="AWS: a DLM lifecycle policy targeting the disks' tags, and "
-                      "automatic_backup_retention_days on FSx. Tencent: cbs.SnapshotPolicy + attachment, "
+    remediation_steps="AWS: a DLM lifecycle policy targeting the disks' tags or an AWS Backup plan and "
+                      "selection, and automatic_backup_retention_days on FSx. Tencent: cbs.SnapshotPolicy + attachment, "
                       "cfs.AutoSnapshotPolicy + attachment.",
 )
 
 
 # ---- storage-encrypted --------------------------------------------------------------------------------
 
-def _encryption_problems(args: Any, cmk: bool) -> Iterable[str]:
-    t, p = args.resource_type, args.props
+_EBS_KINDS = (AWS_VOLUME, AWS_LAUNCH_TEMPLATE, AWS_INSTANCE, AWS_LAUNCH_CONFIG, AWS_SPOT_FLEET)
+ENCRYPTED_TYPES = (*_EBS_KINDS, AWS_EFS, *AWS_FSX, *AWS_BUCKETS, *AWS_SSE, TC_DISK, TC_INSTANCE, TC_NODE_POOL,
+                   TC_K8S_CLUSTER, TC_BUCKET)
+
+
+def _encryption_problems(t: str, p: Any, cmk: bool, ebs_default: bool, ebs_default_cmk: bool) -> Iterable[str]:
+    """What is unencrypted about one resource. `ebs_default`: the stack turns on EBS encryption by default
+    for the account and region (aws.ebs.EncryptionByDefault), so every new EBS volume and snapshot copy is
+    encrypted whatever the resource says (https://docs.aws.amazon.com/ebs/latest/userguide/encryption-by-default.html)."""
 
     def flag(value: Any, what: str) -> Iterable[str]:
         if value is not UNKNOWN and as_bool(value) is not True:
             yield what
 
-    if t in (AWS_VOLUME, AWS_EFS):
+    def ebs(value: Any, what: str) -> Iterable[str]:
+        if not ebs_default:
+            yield from flag(value, what)
+
+    if t in _EBS_KINDS and cmk and ebs_default_cmk:
+        cmk = False  # the account's default EBS key is a customer-managed key of this stack
+    if t == AWS_VOLUME:
+        yield from ebs(get(p, "encrypted"), "set encrypted=True")
+        if cmk and get(p, "kmsKeyId") is None:
+            yield "set kms_key_id to a customer-managed KMS key"
+    elif t == AWS_EFS:
         yield from flag(get(p, "encrypted"), "set encrypted=True")
         if cmk and get(p, "kmsKeyId") is None:
             yield "set kms_key_id to a customer-managed KMS key"
-    elif t == "aws:ec2/launchTemplate:LaunchTemplate":
+    elif t == AWS_LAUNCH_TEMPLATE:
         for m in items(get(p, "blockDeviceMappings")):
             if get(m, "ebs") is not None:
-                yield from flag(get(m, "ebs.encrypted"),
-                                f"set ebs.encrypted=True on block device {as_str(get(m, 'deviceName')) or '?'}")
-    elif t == "aws:ec2/instance:Instance":
+                yield from ebs(get(m, "ebs.encrypted"),
+                               f"set ebs.encrypted=True on block device {as_str(get(m, 'deviceName')) or '?'}")
+    elif t == AWS_INSTANCE:
         root = get(p, "rootBlockDevice")
         if root is not None:
-            yield from flag(get(root, "encrypted"), "set root_block_device.encrypted=True")
-        elif get(p, "launchTemplate") is None:
+            yield from ebs(get(root, "encrypted"), "set root_block_device.encrypted=True")
+        elif get(p, "launchTemplate") is None and not ebs_default:
             yield "declare root_block_device with encrypted=True (or launch it from an encrypted launch template)"
         for d in items(get(p, "ebsBlockDevices")):
-            yield from flag(get(d, "encrypted"), f"set encrypted=True on {as_str(get(d, 'deviceName')) or 'an EBS block device'}")
-    elif t == AWS_LUSTRE:
-        # FSx for Lustre always encrypts at rest; only the key is a choice.
-        if cmk and get(p, "kmsKeyId") is None:
+            yield from ebs(get(d, "encrypted"), f"set encrypted=True on {as_str(get(d, 'deviceName')) or 'an EBS block device'}")
+    elif t == AWS_LAUNCH_CONFIG:
+        root = get(p, "rootBlockDevice")
+        if root is not None:
+            yield from ebs(get(root, "encrypted"), "set root_block_device.encrypted=True")
+        for d in items(get(p, "ebsBlockDevices")):
+            yield from ebs(get(d, "encrypted"), f"set encrypted=True on {as_str(get(d, 'deviceName')) or 'an EBS block device'}")
+    elif t == AWS_SPOT_FLEET:
+        for spec in items(get(p, "launchSpecifications")):
+            for d in items(get(spec, "rootBlockDevices")) + items(get(spec, "ebsBlockDevices")):
+                yield from ebs(get(d, "encrypted"), "set encrypted=True on every block device of the launch specifications")
+    elif t in AWS_FSX:
+        # FSx encrypts every file system and volume at rest; only the key is a choice.
+        if cmk and t not in (AWS_FSX_ONTAP_VOLUME, AWS_FSX_OPENZFS_VOLUME) and get(p, "kmsKeyId") is None:
             yield "set kms_key_id to a customer-managed KMS key"
     elif t in AWS_BUCKETS:
         # Since January 2023 S3 encrypts every new object with SSE-S3 by default; only the key is a choice.
@@ -215,27 +349,40 @@ def _encryption_problems(args: Any, cmk: bool) -> Iterable[str]:
         yield from flag(get(p, "encrypt"), "set encrypt=True")
         if cmk and get(p, "kmsKeyId") is None:
             yield "set kms_key_id to a customer-managed KMS key"
-    elif t == "tencentcloud:Instance/instance:Instance":
+    elif t == TC_INSTANCE:
         for i, d in enumerate(items(get(p, "dataDisks"))):
             yield from flag(get(d, "encrypt"), f"set encrypt=True on data disk {i}")
+    elif t == TC_NODE_POOL:
+        for i, d in enumerate(items(get(p, "autoScalingConfig.dataDisks"))):
+            yield from flag(get(d, "encrypt"), f"set encrypt=True on auto_scaling_config data disk {i}")
+    elif t == TC_K8S_CLUSTER:
+        for w, worker in enumerate(items(get(p, "workerConfigs"))):
+            for i, d in enumerate(items(get(worker, "dataDisks"))):
+                yield from flag(get(d, "encrypt"), f"set encrypt=True on data disk {i} of worker config {w}")
     elif t == TC_BUCKET:
         algo = get(p, "encryptionAlgorithm")
         if algo is not UNKNOWN and not as_str(algo):
-            yield "set encryption_algorithm ('AES256' or 'KMS')"
+            yield "set encryption_algorithm ('AES256', 'KMS' or 'SM4')"
         elif cmk and known(algo) and "kms" not in str(algo).lower():
             yield "set encryption_algorithm 'KMS' with kms_id"
 
 
 def _storage_encrypted(args: Any, report_violation: Any) -> None:
+    view = view_of(args.resources)
     cmk = config_value(args, "requireCustomerManagedKey", False) is True
-    for fix in dict.fromkeys(_encryption_problems(args, cmk)):
-        report_violation(f"'{args.name}' ({args.resource_type.rsplit(':', 1)[-1]}) stores data unencrypted or "
-                         f"with the wrong key; {fix}.")
+    defaults = view.of_type(AWS_EBS_DEFAULT)
+    ebs_default = any(get(d.props, "enabled") is UNKNOWN or as_bool(get(d.props, "enabled")) is not False
+                      for d in defaults)
+    ebs_default_cmk = ebs_default and bool(view.of_type("aws:ebs/defaultKmsKey:DefaultKmsKey"))
+    for res in view.of_type(*ENCRYPTED_TYPES):
+        for fix in dict.fromkeys(_encryption_problems(res.resource_type, res.props, cmk, ebs_default, ebs_default_cmk)):
+            report_violation(f"'{short(res.urn)}' ({res.resource_type.rsplit(':', 1)[-1]}) stores data unencrypted "
+                             f"or with the wrong key; {fix}.", res.urn)
 
 
-storage_encrypted = ResourceValidationPolicy(
+storage_encrypted = StackValidationPolicy(
     name="storage-encrypted",
-    description="Disks, file systems and buckets are encrypted at rest.",
+    description="Disks, file systems and buckets are encrypted at rest (EBS encryption by default in the stack counts).",
     enforcement_level=EnforcementLevel.MANDATORY,
     validate=_storage_encrypted,
     config_schema=PolicyConfigSchema(properties={
@@ -244,8 +391,8 @@ storage_encrypted = ResourceValidationPolicy(
             "description": "Also require a customer-managed KMS key (not the provider's default key).",
         },
     }),
-    remediation_steps="Set encrypted / encrypt on every disk, encryption_algorithm on COS buckets; for "
-                      "customer-managed keys pass kms_key_id.",
+    remediation_steps="Set encrypted / encrypt on every disk, encryption_algorithm on COS buckets, or turn on "
+                      "aws.ebs.EncryptionByDefault in the stack; for customer-managed keys pass kms_key_id.",
 )
 
 
@@ -253,15 +400,137 @@ storage_encrypted = ResourceValidationPolicy(
 
 _PAB_FLAGS = ("blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls", "restrictPublicBuckets")
 
+# Grantees that mean "anyone": S3 (https://docs.aws.amazon.com/AmazonS3/latest/userguide/acl-overview.html,
+# predefined groups) and COS (tencentcloud provider v1.82.42, services/cos/service_tencentcloud_cos.go
+# PUBLIC_GRANTEE; AuthenticatedUsers is any Tencent Cloud account).
+_PUBLIC_GRANTEES = ("http://acs.amazonaws.com/groups/global/AllUsers",
+                    "http://acs.amazonaws.com/groups/global/AuthenticatedUsers",
+                    "http://cam.qcloud.com/groups/global/AllUsers",
+                    "http://cam.qcloud.com/groups/global/AuthenticatedUsers")
+_PUBLIC_CANNED = ("public-read", "public-read-write", "authenticated-read")
+# Principals that mean "anyone": "*" (S3 and COS) and COS's anonymous user
+# (https://intl.cloud.tencent.com/document/product/436/18023: "qcs::cam::anyone:anyone").
+_ANYONE = ("*", "qcs::cam::anyone:anyone")
+
+
+def _policy_doc(value: Any) -> Optional[Any]:
+    """A bucket policy document (JSON text or object); None when unknown or unreadable."""
+    if value is None or value is UNKNOWN:
+        return None
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except (ValueError, RecursionError):
+            return None
+    return value
+
+
+def _statements(doc: Any) -> list[Any]:
+    st = get(doc, "Statement")
+    if st is None:
+        st = get(doc, "statement")
+    if isinstance(st, dict) or hasattr(st, "keys"):
+        return [st]
+    return items(st)
+
+
+def _principals(st: Any) -> list[str]:
+    out: list[str] = []
+    for key in ("Principal", "principal", "NotPrincipal"):
+        pr = get(st, key)
+        if pr is None:
+            continue
+        if isinstance(pr, str):
+            out.append(pr)
+        elif hasattr(pr, "keys"):
+            for k in pr.keys():
+                v = get(pr, (k,))
+                out += [v] if isinstance(v, str) else [x for x in items(v) if isinstance(x, str)]
+        if key == "NotPrincipal":
+            out.append("*")  # Allow with NotPrincipal: everyone but the listed ones
+    return out
+
+
+def _condition_keys(st: Any) -> set[str]:
+    cond = get(st, "Condition")
+    if cond is None:
+        cond = get(st, "condition")
+    keys: set[str] = set()
+    if hasattr(cond, "keys"):
+        for op in cond.keys():
+            inner = get(cond, (op,))
+            if hasattr(inner, "keys"):
+                keys.update(str(k).lower() for k in inner.keys())
+            else:
+                keys.add("?")
+    return keys
+
+
+def public_statements(doc: Any) -> list[str]:
+    """Sids (or positions) of statements that allow anyone, with no condition that narrows who."""
+    out = []
+    for i, st in enumerate(_statements(doc)):
+        effect = str(get(st, "Effect") or get(st, "effect") or "").lower()
+        if effect != "allow":
+            continue
+        if not any(p in _ANYONE for p in _principals(st)):
+            continue
+        if _condition_keys(st) - {"aws:securetransport"}:
+            continue  # a condition on source IP, VPC, account... narrows it
+        out.append(as_str(get(st, "Sid")) or f"statement {i}")
+    return out
+
+
+def tls_only(doc: Any) -> bool:
+    """FSBP S3.5 (https://docs.aws.amazon.com/securityhub/latest/userguide/s3-controls.html#s3-5): a statement
+    denies every action to everyone when aws:SecureTransport is false."""
+    for st in _statements(doc):
+        if str(get(st, "Effect") or "").lower() != "deny" or not any(p == "*" for p in _principals(st)):
+            continue
+        actions = get(st, "Action")
+        actions = [actions] if isinstance(actions, str) else items(actions)
+        if not any(a in ("*", "s3:*") for a in actions):
+            continue
+        cond = get(st, "Condition")
+        for op in ("Bool", "BoolIfExists"):
+            v = get(get(cond, (op,)), ("aws:SecureTransport",))
+            if v is UNKNOWN or v is False or (isinstance(v, str) and v.lower() == "false") or \
+                    any(x is False or (isinstance(x, str) and x.lower() == "false") for x in items(v)):
+                return True
+    return False
+
+
+def _acl_public(acl: Any, grants: Any, body: Any) -> Optional[str]:
+    """What makes an ACL public, or None."""
+    if known(acl) and as_str(acl) in _PUBLIC_CANNED:
+        return f"acl '{acl}'"
+    for g in items(grants):
+        for key in ("uri", "grantee.uri"):
+            uri = as_str(get(g, key))
+            if uri in _PUBLIC_GRANTEES:
+                return f"a grant to {uri}"
+    text = as_str(body)
+    if text:
+        for uri in _PUBLIC_GRANTEES:
+            if uri in text:
+                return f"an ACL body granting {uri.rsplit('/', 1)[-1]}"
+    return None
+
+
+def _bucket_targets(view: StackView, res: Any, types: tuple[str, ...]) -> Optional[list[Any]]:
+    return _targets(view, res, "bucket", types)
+
 
 def _checkpoint_bucket_private(args: Any, report_violation: Any) -> None:
-    view = StackView(args.resources)
+    view = view_of(args.resources)
     need_versioning = config_value(args, "requireVersioning", True) is not False
+    need_tls = config_value(args, "requireTls", True) is not False
     blocks: dict[str, list[Any]] = {}
     versioned: set[str] = set()
-    unsure_blocks = unsure_versions = False  # some block / versioning targets a bucket unknown until the update
+    tls: set[str] = set()
+    unsure_blocks = unsure_versions = unsure_tls = False  # some target is a bucket unknown until the update
     for pab in view.of_type(AWS_PAB):
-        targets = _targets(view, pab, "bucket", AWS_BUCKETS)
+        targets = _bucket_targets(view, pab, AWS_BUCKETS)
         unsure_blocks = unsure_blocks or targets is None
         for b in targets or []:
             blocks.setdefault(b.urn, []).append(pab)
@@ -270,9 +539,33 @@ def _checkpoint_bucket_private(args: Any, report_violation: Any) -> None:
         for v in view.of_type(*kinds):
             status = get(v.props, path)
             if status is UNKNOWN or status == "Enabled":
-                targets = _targets(view, v, "bucket", buckets)
+                targets = _bucket_targets(view, v, buckets)
                 unsure_versions = unsure_versions or targets is None
                 versioned.update(b.urn for b in targets or [])
+    for pol in view.of_type(AWS_BUCKET_POLICY, TC_BUCKET_POLICY):
+        buckets = AWS_BUCKETS if pol.resource_type == AWS_BUCKET_POLICY else (TC_BUCKET,)
+        targets = _bucket_targets(view, pol, buckets)
+        raw = get(pol.props, "policy")
+        doc = _policy_doc(raw)
+        if targets is None:
+            unsure_tls = True
+        if doc is None:
+            if raw is UNKNOWN:
+                tls.update(b.urn for b in targets or [])  # the document is only known at the update
+            continue
+        if tls_only(doc):
+            tls.update(b.urn for b in targets or [])
+        public = public_statements(doc)
+        if public:
+            where = ", ".join(repr(short(b.urn)) for b in targets or []) or "a bucket"
+            report_violation(f"Bucket policy '{short(pol.urn)}' lets anyone (principal \"*\") into {where} "
+                             f"({', '.join(public)}); name the accounts, roles or VPC endpoints that need access "
+                             f"instead.", pol.urn)
+    for acl in view.of_type(*AWS_BUCKET_ACL):
+        why = _acl_public(get(acl.props, "acl"), get(acl.props, "accessControlPolicy.grants"), None)
+        if why:
+            report_violation(f"Bucket ACL '{short(acl.urn)}' makes its bucket public ({why}); use acl 'private' "
+                             f"(or BucketOwnershipControls BucketOwnerEnforced, which disables ACLs).", acl.urn)
     for b in view.of_type(*AWS_BUCKETS):
         name = short(b.urn)
         pabs = blocks.get(b.urn, [])
@@ -285,26 +578,43 @@ def _checkpoint_bucket_private(args: Any, report_violation: Any) -> None:
             if off:
                 report_violation(f"S3 bucket '{name}' has a public access block with {', '.join(off)} off; "
                                  f"set all four to True.", b.urn)
-        inline = get(b.props, "versioning.enabled")
-        if need_versioning and b.urn not in versioned and not unsure_versions and inline is not UNKNOWN \
-                and as_bool(inline) is not True:
-            report_violation(f"S3 bucket '{name}' is not versioned, so an overwritten checkpoint is lost; add an "
-                             f"aws.s3.BucketVersioning with status 'Enabled'.", b.urn)
+        why = _acl_public(get(b.props, "acl"), get(b.props, "grants"), None)
+        inline = _policy_doc(get(b.props, "policy"))
+        if why:
+            report_violation(f"S3 bucket '{name}' is public ({why}); use acl 'private'.", b.urn)
+        if inline is not None:
+            if public_statements(inline):
+                report_violation(f"S3 bucket '{name}' has an inline policy that lets anyone in; name who needs "
+                                 f"access instead.", b.urn)
+            if tls_only(inline):
+                tls.add(b.urn)
+        elif get(b.props, "policy") is UNKNOWN:
+            tls.add(b.urn)
+        if need_tls and b.urn not in tls and not unsure_tls:
+            report_violation(f"S3 bucket '{name}' accepts plain-HTTP requests; add an aws.s3.BucketPolicy that "
+                             f"denies s3:* to everyone when aws:SecureTransport is false (FSBP S3.5).", b.urn)
+        inline_v = get(b.props, "versioning.enabled")
+        if need_versioning and b.urn not in versioned and not unsure_versions and inline_v is not UNKNOWN \
+                and as_bool(inline_v) is not True:
+            report_violation(f"S3 bucket '{name}' is not versioned, so an overwritten or deleted object is lost; "
+                             f"add an aws.s3.BucketVersioning with status 'Enabled'.", b.urn)
     for b in view.of_type(TC_BUCKET):
         name = short(b.urn)
-        acl = get(b.props, "acl")
-        if known(acl) and acl != "private":
-            report_violation(f"COS bucket '{name}' has acl '{acl}'; set acl='private'.", b.urn)
+        why = _acl_public(get(b.props, "acl"), None, get(b.props, "aclBody"))
+        if why:
+            report_violation(f"COS bucket '{name}' is public ({why}); set acl='private' and drop public grants "
+                             f"from acl_body.", b.urn)
         enabled = get(b.props, "versioningEnable")
         if need_versioning and b.urn not in versioned and not unsure_versions and enabled is not UNKNOWN \
                 and as_bool(enabled) is not True:
-            report_violation(f"COS bucket '{name}' is not versioned, so an overwritten checkpoint is lost; set "
-                             f"versioning_enable=True.", b.urn)
+            report_violation(f"COS bucket '{name}' is not versioned, so an overwritten or deleted object is lost; "
+                             f"set versioning_enable=True.", b.urn)
 
 
 checkpoint_bucket_private = StackValidationPolicy(
     name="checkpoint-bucket-private",
-    description="Buckets block public access and keep object versions.",
+    description="Buckets are private (no public ACL, policy or grant; S3 blocks public access and requires TLS) "
+                "and keep object versions.",
     enforcement_level=EnforcementLevel.MANDATORY,
     validate=_checkpoint_bucket_private,
     config_schema=PolicyConfigSchema(properties={
@@ -312,16 +622,22 @@ checkpoint_bucket_private = StackValidationPolicy(
             "type": "boolean", "default": True,
             "description": "Require versioning as well as private access.",
         },
+        "requireTls": {
+            "type": "boolean", "default": True,
+            "description": "Require an S3 bucket policy that denies requests without TLS (FSBP S3.5).",
+        },
     }),
-    remediation_steps="S3: BucketPublicAccessBlock (all four True) + BucketVersioning(Enabled). "
-                      "COS: acl='private', versioning_enable=True.",
+    remediation_steps="S3: BucketPublicAccessBlock (all four True), BucketVersioning(Enabled), a BucketPolicy "
+                      "denying aws:SecureTransport=false, no public ACL or policy. COS: acl='private', no public "
+                      "grant in acl_body or bucket policy, versioning_enable=True.",
 )
 
 
 # ---- stateful-protected ------------------------------------------------------------------------------
 
 def _stateful_protected(args: Any, report_violation: Any) -> None:
-    types = [t for t in config_list(args, "types") if isinstance(t, str)] or STATEFUL_TYPES
+    configured = get(args.get_config(), "types")
+    types = configured if isinstance(configured, (list, tuple)) and configured else STATEFUL_TYPES
     if args.resource_type not in types:
         return
     if not getattr(args.opts, "protect", False):
@@ -333,7 +649,7 @@ def _stateful_protected(args: Any, report_violation: Any) -> None:
 
 stateful_protected = ResourceValidationPolicy(
     name="stateful-protected",
-    description="File systems, data disks and buckets carry Pulumi's protect option.",
+    description="File systems (every FSx flavour, EFS, CFS), data disks and buckets carry Pulumi's protect option.",
     enforcement_level=EnforcementLevel.MANDATORY,
     validate=_stateful_protected,
     config_schema=PolicyConfigSchema(properties={
