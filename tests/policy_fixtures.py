@@ -143,7 +143,8 @@ def preview_form(doc: dict) -> dict:
                 deps: set[str] = set()
                 props[key] = unknown(props[key], r, deps)
                 if deps:
-                    pdeps[key] = sorted(set(pdeps.get(key, [])) | deps)
+                    # The ids the value holds now are what it depends on (a mutation may have changed it).
+                    pdeps[key] = sorted(deps)
         if pdeps:
             r["propertyDependencies"] = pdeps
             r["dependencies"] = sorted(set(r.get("dependencies") or []) | {u for v in pdeps.values() for u in v})
