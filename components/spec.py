@@ -8,15 +8,17 @@ registered with Pulumi before this succeeds.
 
 from __future__ import annotations
 
+import datetime
 import importlib
 import ipaddress
 import re
+from functools import lru_cache
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError, field_validator
 
-from components import catalog, tiers
+from components import catalog, tiers, windows
 from components.catalog import Cloud, Shape
 from components.tiers import Tier
 
@@ -43,6 +45,13 @@ _ID_PATTERNS: dict[tuple[Cloud, str], str] = {
     ("aws", "existing_subnet_id"): r"subnet-[0-9a-f]{8,17}",
     ("tencentcloud", "existing_subnet_id"): r"subnet-[0-9a-z]{8}",
 }
+
+
+@lru_cache(maxsize=1)
+def _time_zones() -> frozenset[str]:
+    import zoneinfo
+
+    return frozenset(zoneinfo.available_timezones())
 
 
 class _Model(BaseModel):
@@ -171,6 +180,11 @@ class Budget(_Model):
     emails: tuple[StrictStr, ...] = Field(
         min_length=1, description="Who receives budget and GPU alarms; at least one address."
     )
+    stop_at_pct: Optional[StrictInt] = Field(
+        default=None, ge=1, le=1000,
+        description="Stop the GPU nodes when actual spend reaches this % of the limit (AWS Budgets action; "
+        "Tencent Cloud budgets only remind: the plan says so). Default: no hard stop.",
+    )
 
     @field_validator("thresholds_pct")
     @classmethod
@@ -189,6 +203,74 @@ class Budget(_Model):
         if bad:
             raise ValueError(f"not e-mail addresses: {bad}")
         return v
+
+
+class Schedule(_Model):
+    """Run windows: the GPU nodes (and the head node) run only inside them and are stopped outside."""
+
+    timezone: StrictStr = Field(description="IANA time zone of the windows, e.g. Asia/Shanghai or Europe/Paris.")
+    windows: tuple[StrictStr, ...] = Field(
+        min_length=1, max_length=14,
+        description='When the nodes run, e.g. "Mon-Fri 09:00-21:00", "Sat 10:00-16:00": days (Mon..Sun, one or a '
+        "range) and hours, start before end; a night shift is two windows.",
+    )
+
+    @field_validator("timezone")
+    @classmethod
+    def _timezone(cls, v: str) -> str:
+        if v not in _time_zones():
+            raise ValueError("is not an IANA time zone name (e.g. Asia/Shanghai, America/New_York, UTC)")
+        return v
+
+    @field_validator("windows")
+    @classmethod
+    def _windows(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        parsed = []
+        for text in v:
+            try:
+                parsed.append(windows.parse(text))
+            except windows.WindowError as e:
+                raise ValueError(str(e)) from None
+        clash = windows.overlaps(parsed)
+        if clash:
+            raise ValueError(f"windows overlap on {', '.join(clash)}; give each hour of a day to one window")
+        return v
+
+
+class IdleStop(_Model):
+    """Stop a node whose GPUs stay idle."""
+
+    gpu_util_below_pct: StrictInt = Field(ge=1, le=100, description="Idle means average GPU utilisation below this %.")
+    for_minutes: StrictInt = Field(ge=10, le=1440, description="For this long (10-1440, a multiple of 5).")
+
+    @field_validator("for_minutes")
+    @classmethod
+    def _five(cls, v: int) -> int:
+        if v % 5:
+            raise ValueError("must be a multiple of 5 minutes (the alarms judge 5-minute averages)")
+        return v
+
+
+CapacityType = Literal["none", "odcr", "capacity_block", "prepaid"]
+
+
+class Capacity(_Model):
+    """Capacity bought ahead: reserved (AWS) or prepaid (Tencent Cloud) instead of pay-as-you-go."""
+
+    type: CapacityType = Field(
+        default="none",
+        description="none; odcr = an AWS On-Demand Capacity Reservation for every node (in the placement group); "
+        "capacity_block = an AWS EC2 Capacity Block for ML; prepaid = Tencent Cloud monthly prepaid nodes.",
+    )
+    start_date: Optional[datetime.date] = Field(
+        default=None, description="capacity_block: the earliest day the block may start (UTC), YYYY-MM-DD.")
+    duration_hours: Optional[StrictInt] = Field(
+        default=None, description="capacity_block: how long the block lasts, hours (whole days: 24, 48, …).")
+    reservation_id: Optional[StrictStr] = Field(
+        default=None, description="odcr / capacity_block: use this existing reservation (cr-…) instead of making one.")
+    months: Optional[StrictInt] = Field(
+        default=None, description="prepaid: the term in months (1-12, 24, 36, 48 or 60). Default 1.")
+    auto_renew: StrictBool = Field(default=True, description="prepaid: renew each term automatically.")
 
 
 class ClusterSpec(_Model):
@@ -222,6 +304,12 @@ class ClusterSpec(_Model):
     storage: Storage = Field(default_factory=Storage, description="See storage.*.")
     snapshots: Snapshots = Field(default_factory=Snapshots, description="See snapshots.*.")
     budget: Budget = Field(description="See budget.*.")
+    schedule: Optional[Schedule] = Field(default=None, description="Run windows. Default: the nodes run all the time.")
+    idle_stop: Optional[IdleStop] = Field(
+        default=None,
+        description="Stop idle nodes. Default: on (5 % for 60 min) for experimental on-demand clusters, off otherwise "
+        "(never on by default for critical ones); null: off.")
+    capacity: Capacity = Field(default_factory=Capacity, description="See capacity.*.")
     tags: dict[StrictStr, StrictStr] = Field(
         default_factory=dict, description="Extra tags on every taggable resource (each cloud's tag rules apply)."
     )
@@ -350,6 +438,7 @@ def _resolve(spec: ClusterSpec, regions: Mapping[str, Optional[str]]) -> Cluster
             problems.append(f"{where}={value!r} is not {what} id of {cloud}; allowed: ids like {pat}")
 
     problems += _tag_problems(cloud, spec.tags)
+    problems += _capacity_problems(spec)
     egress = spec.network.egress_mbps
     if cloud == "aws" and egress is not None:
         problems.append(f"cluster.network.egress_mbps={egress}: AWS NAT gateways scale their bandwidth by themselves "
@@ -359,6 +448,11 @@ def _resolve(spec: ClusterSpec, regions: Mapping[str, Optional[str]]) -> Cluster
                         f"deletes a data disk with its instance only for pay-as-you-go (POSTPAID_BY_HOUR) instances "
                         f"(resource_tc_instance.go), so a spot node's scratch disk would outlive it and keep costing; "
                         f"allowed: scratch: none, or purchase: on_demand")
+    if cloud == "tencentcloud" and spec.capacity.type == "prepaid" and spec.storage.scratch == "disk":
+        problems.append("cluster.storage.scratch='disk' with capacity.type='prepaid': the provider deletes a data disk "
+                        "with its instance only for pay-as-you-go instances (resource_tc_instance.go: "
+                        "delete_with_instance), and a prepaid node goes to the recycle bin with its disks; allowed: "
+                        "scratch: none or nvme")
 
     d = rule.defaults
     storage = spec.storage
@@ -411,6 +505,9 @@ def _resolve(spec: ClusterSpec, regions: Mapping[str, Optional[str]]) -> Cluster
                         "needs its own CCN range beside the cluster's VPC, which is only known when the stack "
                         "creates the VPC; allowed: lustre: null, or no existing_subnet_id")
 
+    local_disks = cloud == "tencentcloud" and shape.has_nvme
+    problems += stop_problems(spec, shape)
+
     if problems:
         raise SpecError(problems)
 
@@ -423,12 +520,19 @@ def _resolve(spec: ClusterSpec, regions: Mapping[str, Optional[str]]) -> Cluster
         notes.append(f"network.existing_subnet_id={spec.network.existing_subnet_id}: the cluster shares a subnet "
                      f"it did not create (\"shared vSwitch\"); the policy pack rejects this")
 
+    idle_stop = spec.idle_stop
+    if ("idle_stop" not in spec.model_fields_set and spec.criticality == "experimental" and stoppable(spec)
+            and not local_disks):
+        idle_stop = IdleStop(gpu_util_below_pct=DEFAULT_IDLE_PCT, for_minutes=DEFAULT_IDLE_MINUTES)
+        notes.append(f"idle_stop: on by default for this experimental on-demand cluster (GPUs below "
+                     f"{DEFAULT_IDLE_PCT} % for {DEFAULT_IDLE_MINUTES} min stop the node); idle_stop: null turns it off")
     network = spec.network
     if cloud == "tencentcloud" and network.egress_mbps is None:
         network = network.model_copy(update={"egress_mbps": catalog.limit("tencentcloud", "egress_mbps")["default"]})
     filled = spec.model_copy(update={
         "instance_type": shape.type,
         "network": network,
+        "idle_stop": idle_stop,
         "storage": storage.model_copy(update={
             "root_gb": d.root_gb if storage.root_gb is None else storage.root_gb,
             "scratch": scratch,
@@ -439,6 +543,89 @@ def _resolve(spec: ClusterSpec, regions: Mapping[str, Optional[str]]) -> Cluster
     # What the cloud makes of this spec, said aloud (each cloud package's pure `notes` module).
     notes += importlib.import_module(f"components.{cloud}.notes").notes(filled, shape)
     return Cluster(spec=filled, region=region, shape=shape, notes=tuple(notes))
+
+
+DEFAULT_IDLE_PCT, DEFAULT_IDLE_MINUTES = 5, 60
+"""Idle stop of experimental clusters when the stack file says nothing: below 5 % GPU for an hour."""
+PREPAID_MONTHS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 24, 36, 48, 60)
+"""Tencent Cloud prepaid terms (provider doc instance v1.82.42, instance_charge_type_prepaid_period)."""
+
+
+def stoppable(spec: "ClusterSpec") -> bool:
+    """Whether stopping the nodes saves money: on-demand nodes on pay-as-you-go capacity. One-time spot
+    nodes cannot be stopped at all (EC2 stops only persistent spot requests: EC2 user guide, "Stop a Spot
+    Instance"; Tencent spot instances do not stop charging: CVM documentation, "No charges when shut
+    down"), and reserved or prepaid capacity is billed whether it runs or not."""
+    return spec.purchase == "on_demand" and spec.capacity.type == "none"
+
+
+def stop_problems(spec: "ClusterSpec", shape: Shape) -> list[str]:
+    """Stopping a Tencent node with local disks saves nothing: Tencent keeps charging a stopped instance
+    that has them (CVM documentation, "No charges when shut down",
+    intl.cloud.tencent.com/document/product/213/19918)."""
+    if spec.cloud != "tencentcloud" or not shape.has_nvme:
+        return []
+    return [f"cluster.{key} on {shape.type}: Tencent Cloud keeps charging a stopped instance that has local disks "
+            f"(CVM documentation, \"No charges when shut down\"), so stopping it saves nothing; allowed: a shape "
+            f"without local NVMe, or leave {key} out"
+            for key, on in (("schedule", spec.schedule is not None), ("idle_stop", spec.idle_stop is not None)) if on]
+
+
+def _capacity_problems(spec: "ClusterSpec") -> list[str]:
+    """Cost controls and bought-ahead capacity, refused where they make no sense."""
+    problems = []
+    cloud, cap = spec.cloud, spec.capacity
+    wanted = {"aws": ("none", "odcr", "capacity_block"), "tencentcloud": ("none", "prepaid")}[cloud]
+    if cap.type not in wanted:
+        problems.append(f"cluster.capacity.type={cap.type!r} does not exist on {cloud}; allowed: {', '.join(wanted)}")
+        return problems
+    if cap.type != "none" and spec.purchase != "on_demand":
+        problems.append(f"cluster.capacity.type={cap.type!r} with purchase={spec.purchase}: reserved and prepaid "
+                        f"capacity is bought for on-demand nodes; allowed: purchase: on_demand")
+    given = {k for k in ("start_date", "duration_hours", "reservation_id", "months") if getattr(cap, k) is not None}
+    allowed_keys = {"none": set(), "odcr": {"reservation_id"}, "capacity_block": {"start_date", "duration_hours",
+                                                                                  "reservation_id"},
+                    "prepaid": {"months"}}[cap.type]
+    for key in sorted(given - allowed_keys):
+        problems.append(f"cluster.capacity.{key} is not used by capacity.type={cap.type!r}; allowed keys: "
+                        f"{', '.join(sorted(allowed_keys | {'type'}))}")
+    if cap.type == "capacity_block" and cap.reservation_id is None:
+        block = catalog.limit("aws", "capacity_block")
+        if cap.start_date is None or cap.duration_hours is None:
+            problems.append("cluster.capacity: a capacity_block needs start_date and duration_hours (or the "
+                            "reservation_id of a block bought already)")
+        elif not _block_duration_ok(cap.duration_hours, block):
+            problems.append(f"cluster.capacity.duration_hours={cap.duration_hours} is not a Capacity Block length; "
+                            f"allowed: {block['day_step_hours']}-{block['day_steps_up_to_hours']} in steps of "
+                            f"{block['day_step_hours']}, then up to {block['max_hours']} in steps of "
+                            f"{block['week_step_hours']}")
+        if spec.nodes not in block["instance_counts"]:
+            problems.append(f"cluster.nodes={spec.nodes} with capacity.type='capacity_block': blocks are sold for "
+                            f"{', '.join(map(str, block['instance_counts']))} instances")
+    if cap.reservation_id is not None and not re.fullmatch(r"cr-[0-9a-f]{17}", cap.reservation_id):
+        problems.append(f"cluster.capacity.reservation_id={cap.reservation_id!r} is not a capacity reservation id; "
+                        f"allowed: ids like cr-[0-9a-f]{{17}}")
+    if cap.type == "prepaid" and cap.months is not None and cap.months not in PREPAID_MONTHS:
+        problems.append(f"cluster.capacity.months={cap.months} is not a prepaid term; allowed: "
+                        f"{', '.join(map(str, PREPAID_MONTHS))}")
+    controls = [name for name, on in (("schedule", spec.schedule is not None), ("idle_stop", spec.idle_stop is not None),
+                                      ("budget.stop_at_pct", spec.budget.stop_at_pct is not None)) if on]
+    for name in controls:
+        if spec.purchase != "on_demand":
+            problems.append(f"cluster.{name} with purchase={spec.purchase}: one-time spot nodes cannot be stopped "
+                            f"(EC2 stops only persistent spot requests; Tencent spot instances keep charging when "
+                            f"shut down); allowed: purchase: on_demand, or leave {name} out")
+        elif cap.type != "none":
+            problems.append(f"cluster.{name} with capacity.type={cap.type!r}: reserved and prepaid capacity is billed "
+                            f"whether the nodes run or not, so stopping them saves nothing; allowed: capacity.type: "
+                            f"none, or leave {name} out")
+    return problems
+
+
+def _block_duration_ok(hours: int, block: dict) -> bool:
+    if hours <= block["day_steps_up_to_hours"]:
+        return hours >= block["day_step_hours"] and hours % block["day_step_hours"] == 0
+    return hours <= block["max_hours"] and hours % block["week_step_hours"] == 0
 
 
 def _tag_problems(cloud: Cloud, tags: Mapping[str, str]) -> list[str]:

@@ -68,6 +68,23 @@ def _mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
 
+# Plain scalars resolved as the YAML 1.2 core schema does — the schema of the Go YAML library the Pulumi
+# CLI reads stack files with: only true/false are booleans (not yes/no/on/off), no timestamps (a date
+# stays text for the field to parse), no base-60 numbers (21:00 is not 1260), and 14e9 is a number.
+import re as _re  # noqa: E402
+
+_StrictLoader.yaml_implicit_resolvers = {}
+for _tag, _regexp, _first in (
+        ("tag:yaml.org,2002:bool", r"^(?:true|True|TRUE|false|False|FALSE)$", "tTfF"),
+        ("tag:yaml.org,2002:int", r"^(?:[-+]?[0-9]+|0x[0-9a-fA-F]+)$", "-+0123456789"),
+        ("tag:yaml.org,2002:float",
+         r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$",
+         "-+0123456789."),
+        ("tag:yaml.org,2002:null", r"^(?:~|null|Null|NULL|)$", ["~", "n", "N", ""]),
+        ("tag:yaml.org,2002:merge", r"^(?:<<)$", "<"),
+):
+    _StrictLoader.add_implicit_resolver(_tag, _re.compile(_regexp), list(_first))
+
 
 def _depth(value: Any, limit: int = MAX_DEPTH) -> int:
     """Nesting depth of containers, iteratively (no recursion limit), stopping past `limit`."""

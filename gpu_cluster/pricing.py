@@ -11,10 +11,12 @@ book's dated exchange rate and flagged as an estimate.
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from components import catalog
+from components import windows as run_windows
 from gpu_cluster.plan import Plan, Resource, number
 from gpu_cluster.prices import NO_KEY, PriceBook, load_book
 from gpu_cluster.prices.catalog import spot_discount
@@ -34,6 +36,18 @@ TC_CFS = "tencentcloud:Cfs/fileSystem:FileSystem"
 TC_NAT = "tencentcloud:Nat/gateway:Gateway"
 TC_EIP = "tencentcloud:Eip/instance:Instance"
 TC_BUCKET = "tencentcloud:Cos/bucket:Bucket"
+AWS_SCHEDULE = "aws:scheduler/schedule:Schedule"
+AWS_BLOCK = "aws:ec2/capacityBlockReservation:CapacityBlockReservation"
+AWS_ODCR = "aws:ec2/capacityReservation:CapacityReservation"
+AWS_BUDGET = "aws:budgets/budget:Budget"
+AWS_BUDGET_ACTION = "aws:budgets/budgetAction:BudgetAction"
+AWS_ALARM = "aws:cloudwatch/metricAlarm:MetricAlarm"
+TC_FUNCTION = "tencentcloud:Scf/function:Function"
+COST_CONTROLS_VARIABLE = "GPU_CLUSTER_COST_CONTROLS"
+"""The environment variable of the Tencent cost-controls function holding its schedule
+(components/tencentcloud/scf_cost_controls.py)."""
+BLOCK_HOURS_TAG = "gpu-cluster:block-hours"
+WEEKS_PER_MONTH = HOURS_PER_MONTH / run_windows.HOURS_PER_WEEK
 
 CURRENCY = {"aws": "USD", "tencentcloud": "CNY"}
 """The currency each cloud's total is given in (the sample stacks' budgets)."""
@@ -65,6 +79,8 @@ class MonthlyCost:
     usage_based: list[LineItem] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
     """The price book's sources in precedence order, its discounts and exchange rate."""
+    controls: list[dict[str, Any]] = field(default_factory=list)
+    """Each cost control of the plan: the monthly cost with it and without it (None: not estimated)."""
 
     @property
     def total(self) -> float:
@@ -96,6 +112,7 @@ class MonthlyCost:
             "items": [asdict(i) for i in self.items if i.monthly is not None],
             "unpriced": [asdict(i) for i in self.unpriced],
             "usage_based": [asdict(i) for i in self.usage_based],
+            "controls": list(self.controls),
         }
 
 
@@ -122,6 +139,11 @@ class _Pricer:
     def __init__(self, book: PriceBook, cloud: str, region: Optional[str]):
         self.book, self.cloud, self.region = book, cloud, region
         self.cost = MonthlyCost(currency=CURRENCY[cloud], sources=book.describe())
+        self.unscheduled_extra = 0.0
+        """What the scheduled nodes would add running around the clock."""
+        self.scheduled_hours: Optional[float] = None
+        self.reserved: list[tuple[str, float, Optional[float]]] = []
+        """(capacity type, monthly cost of the reserved nodes, their on-demand monthly cost)."""
 
     def unit(self, item: str, key: str) -> tuple[Optional[float], dict[str, Any]]:
         """The unit price of `item`/`key` in the cost's currency, and the line's provenance fields."""
@@ -151,12 +173,20 @@ class _Pricer:
                         monthly=None if price is None or usage else round(price * factor * quantity, 2), **meta)
         (self.cost.usage_based if usage else self.cost.items).append(line)
 
-    def node(self, r: Resource, instance_type: Optional[str], count: int, spot: bool) -> None:
+    def node(self, r: Resource, instance_type: Optional[str], count: int, spot: bool,
+             hours: Optional[float] = None) -> None:
+        """GPU node lines: on-demand or spot, for `hours` a month each (all month unless scheduled)."""
         what = f"{count} × {instance_type or 'unknown type'}" + (" spot" if spot else "")
-        label, qty = f"GPU nodes {what}", count * HOURS_PER_MONTH
+        label = f"GPU nodes {what}"
+        scheduled = hours is not None and hours < HOURS_PER_MONTH
+        qty = round(count * (hours if scheduled else HOURS_PER_MONTH), 2)
+        note = f"scheduled: {hours:.0f} of {HOURS_PER_MONTH} h a month" if scheduled else ""
         key = instance_type or "unknown"
         if not spot:
-            self.add(label, r, "instance", key, qty, "instance-hour")
+            self.add(label, r, "instance", key, qty, "instance-hour", note=note)
+            line = self.cost.items[-1]
+            if scheduled and line.unit_price is not None:
+                self.unscheduled_extra += line.unit_price * count * (HOURS_PER_MONTH - hours)
             return
         price, meta = self.unit("instance_spot", key)
         if price is not None:
@@ -174,6 +204,69 @@ class _Pricer:
         meta.update(estimate=True, note="; ".join(filter(None, notes)) if price is not None else "unpriced")
         self.cost.items.append(LineItem(item=label, urn=r.urn, quantity=qty, unit="instance-hour", unit_price=price,
                                         monthly=None if price is None else round(price * qty, 2), **meta))
+
+    def reserved_node(self, r: Resource, kind: str, instance_type: Optional[str], item: str, quantity: float,
+                      unit: str, note: str) -> None:
+        """A node whose capacity is bought ahead (a Capacity Block, a prepaid term), beside what it
+        would cost on demand all month."""
+        key = instance_type or "unknown"
+        self.add(f"GPU node {key} ({kind})", r, item, key, quantity, unit, note=note)
+        line = self.cost.items[-1]
+        on_demand, _ = self.unit("instance", key)
+        self.reserved.append((kind, line.monthly if line.monthly is not None else None,
+                              None if on_demand is None else round(on_demand * HOURS_PER_MONTH, 2)))
+
+    def controls(self, plan: Plan, idle: bool, budget_cap: Optional[tuple[float, float]]) -> None:
+        """The cost with and without each control, once every line is priced."""
+        total, out = self.cost.total, self.cost.controls
+        if self.scheduled_hours is not None:
+            out.append({"control": "schedule", "monthly_with": total,
+                        "monthly_without": round(total + self.unscheduled_extra, 2),
+                        "note": f"the nodes run {self.scheduled_hours:.0f} of {HOURS_PER_MONTH} h a month"})
+        for kind in sorted({k for k, _, _ in self.reserved}):
+            rows = [row for row in self.reserved if row[0] == kind]
+            reserved = [m for _, m, _ in rows]
+            on_demand = [o for _, _, o in rows]
+            priced = None not in reserved
+            out.append({"control": f"capacity {kind}",
+                        "monthly_with": total if priced else None,
+                        "monthly_without": (round(total - sum(m for m in reserved if m) + sum(on_demand), 2)
+                                            if None not in on_demand else None),
+                        "note": "against the same nodes on demand all month"
+                                + ("" if priced else f"; no {kind} price in any source, so the cost with it is "
+                                                     f"unknown")})
+        if idle:
+            out.append({"control": "idle_stop", "monthly_with": None, "monthly_without": total,
+                        "note": "saves the hours the nodes sit idle: not estimated, it depends on use"})
+        if budget_cap is not None:
+            cap, pct = budget_cap
+            nodes = sum(i.monthly for i in self.cost.items if i.item.startswith("GPU node") and i.monthly is not None)
+            bound = round(min(total, cap + (total - nodes)), 2)
+            out.append({"control": "budget.stop_at_pct", "monthly_with": bound, "monthly_without": total,
+                        "note": f"the GPU nodes stop at {pct:g} % of the budget ({cap:g}); the rest keeps billing "
+                                f"(an upper bound)"})
+
+
+def _weekly_hours(events: list[tuple[str, str]]) -> Optional[float]:
+    return run_windows.running_hours_a_week(events) if events else None
+
+
+def _aws_schedule(plan: Plan) -> tuple[Optional[float], Optional[set[str]]]:
+    """Hours a month the scheduled instances run, and their ids (None: every instance of the plan)."""
+    crons, ids, known = [], set(), True
+    for r in plan.of_type(AWS_SCHEDULE):
+        target = r.props.get("target") or {}
+        arn = target.get("arn") if isinstance(target, dict) else None
+        action = {"startInstances": "start", "stopInstances": "stop"}.get(str(arn).rsplit(":", 1)[-1])
+        if action is None or not isinstance(r.props.get("scheduleExpression"), str):
+            continue
+        crons.append((action, r.props["scheduleExpression"]))
+        try:
+            ids |= set(json.loads(target.get("input"))["InstanceIds"])
+        except (TypeError, ValueError, KeyError):
+            known = False
+    weekly = _weekly_hours(crons)
+    return (None, None) if weekly is None else (weekly * WEEKS_PER_MONTH, ids if known and ids else None)
 
 
 def _aws(p: _Pricer, plan: Plan) -> None:
@@ -195,12 +288,28 @@ def _aws(p: _Pricer, plan: Plan) -> None:
                 p.add(f"EBS {ebs.get('volumeType') or 'gp3'} {bdm.get('deviceName', '')} {size:.0f} GB × {count}", r,
                       "ebs_gb_month", ebs.get("volumeType") or "gp3", size * count, "GB-month")
 
+    hours, scheduled_ids = _aws_schedule(plan)
+    p.scheduled_hours = hours
+    blocks = [number((b.props.get("tags") or {}).get(BLOCK_HOURS_TAG)) for b in plan.of_type(AWS_BLOCK)]
+    block_hours = next((h for h in blocks if h), None)
     for r in plan.of_type(AWS_INSTANCE):
         lt = template_of(r)
         itype = r.props.get("instanceType") or (lt.props.get("instanceType") if lt else None)
         market = (r.props.get("instanceMarketOptions") or {}).get("marketType") or (
             ((lt.props.get("instanceMarketOptions") or {}).get("marketType")) if lt else None)
-        p.node(r, itype, 1, market == "spot")
+        if market == "capacity-block":
+            if block_hours:
+                p.reserved_node(r, "capacity_block", itype, "capacity_block_hour", min(block_hours, HOURS_PER_MONTH),
+                                "instance-hour", f"paid up front for the whole block: {block_hours:.0f} h"
+                                + (f", {HOURS_PER_MONTH} h of it a month" if block_hours > HOURS_PER_MONTH else ""))
+            else:
+                p.cost.items.append(LineItem(
+                    item=f"GPU node {itype} (capacity_block)", urn=r.urn, quantity=0, unit="instance-hour",
+                    unit_price=None, monthly=None, source="a Capacity Block bought outside this stack",
+                    note="unpriced: paid when the block was bought"))
+        else:
+            mine = scheduled_ids is None or bool({r.id, r.outputs.get("id")} & scheduled_ids)
+            p.node(r, itype, 1, market == "spot", hours if mine else None)
         root_disks(lt, r, 1)
     for r in plan.of_type(AWS_ASG):
         lt = template_of(r)
@@ -232,10 +341,33 @@ def _aws(p: _Pricer, plan: Plan) -> None:
               usage=True)
 
 
+def _tencent_schedule(plan: Plan) -> tuple[Optional[float], Optional[set[str]], bool]:
+    """Hours a month the cost-controls function keeps its nodes running, their ids, and whether it
+    stops idle nodes (its configuration: components/tencentcloud/costcontrol.py)."""
+    for r in plan.of_type(TC_FUNCTION):
+        try:
+            config = json.loads((r.props.get("environment") or {})[COST_CONTROLS_VARIABLE])
+        except (TypeError, ValueError, KeyError):
+            continue
+        events = [run_windows.Event(a, tuple(days), minute) for a, days, minute in config.get("events") or []]
+        weekly = _weekly_hours([(e.action, e.cron()) for e in events])
+        ids = set(config.get("nodes") or []) or None
+        return (None if weekly is None else weekly * WEEKS_PER_MONTH), ids, bool(config.get("idle"))
+    return None, None, False
+
+
 def _tencent(p: _Pricer, plan: Plan) -> None:
+    hours, scheduled_ids, _ = _tencent_schedule(plan)
+    p.scheduled_hours = hours
     for r in plan.of_type(TC_INSTANCE):
-        spot = r.props.get("instanceChargeType") == "SPOTPAID"
-        p.node(r, r.props.get("instanceType"), 1, spot)
+        charge = r.props.get("instanceChargeType")
+        if charge == "PREPAID":
+            months = number(r.props.get("instanceChargeTypePrepaidPeriod")) or 1
+            p.reserved_node(r, "prepaid", r.props.get("instanceType"), "instance_prepaid_month", 1, "instance-month",
+                            f"prepaid for {months:.0f} month(s) a term")
+        else:
+            mine = scheduled_ids is None or bool({r.id, r.outputs.get("id")} & scheduled_ids)
+            p.node(r, r.props.get("instanceType"), 1, charge == "SPOTPAID", hours if mine else None)
         size = number(r.props.get("systemDiskSize"))
         if size:
             dtype = r.props.get("systemDiskType") or "CLOUD_PREMIUM"
@@ -276,7 +408,27 @@ def price_plan(plan: Plan, book: Optional[PriceBook] = None) -> MonthlyCost:
         return MonthlyCost(currency="USD")
     pricer = _Pricer(book if book is not None else load_book(), cloud, region)
     (_aws if cloud == "aws" else _tencent)(pricer, plan)
+    if cloud == "aws":
+        idle = any(any(str(a).endswith(":ec2:stop") for a in r.props.get("alarmActions") or [])
+                   for r in plan.of_type(AWS_ALARM))
+        pricer.controls(plan, idle, _aws_budget_cap(plan))
+    else:
+        pricer.controls(plan, _tencent_schedule(plan)[2], None)
     return pricer.cost
+
+
+def _aws_budget_cap(plan: Plan) -> Optional[tuple[float, float]]:
+    """(spend at which the budget action stops the nodes, its %), from the budget and its action."""
+    for action in plan.of_type(AWS_BUDGET_ACTION):
+        threshold = action.props.get("actionThreshold") or {}
+        pct = number(threshold.get("actionThresholdValue"))
+        if threshold.get("actionThresholdType") != "PERCENTAGE" or pct is None:
+            continue
+        for budget in plan.of_type(AWS_BUDGET):
+            limit = number(budget.props.get("limitAmount"))
+            if limit is not None:
+                return round(limit * pct / 100, 2), pct
+    return None
 
 
 def pricer_for(book: PriceBook):

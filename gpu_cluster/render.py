@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PROJECT = "gpu-cluster"
 MAIN = ROOT / "__main__.py"
 STACKS_DIR = ROOT / "stacks"
-SAMPLE_STACKS = ("aws-entry", "aws-mid", "aws-large", "tencent-entry", "tencent-mid", "tencent-large")
+SAMPLE_STACKS = ("aws-entry", "aws-mid", "aws-large", "tencent-entry", "tencent-mid", "tencent-large",
+                 "aws-scheduled", "aws-reserved", "tencent-scheduled", "tencent-prepaid")
 CLUSTER_KEY = f"{PROJECT}:cluster"
 
 # The program's pulumi.log messages are the cluster's notes, which the commands print themselves.

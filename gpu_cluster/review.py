@@ -171,6 +171,30 @@ def _cost_line(review: StackReview) -> str:
     return line
 
 
+def _controls_lines(review: StackReview) -> list[str]:
+    """Each cost control on either side: the monthly cost with and without it, before → after."""
+    b, a = review.cost_before, review.cost_after
+    cur = (a or b).currency if (a or b) else ""
+    sides = {"before": {c["control"]: c for c in (b.controls if b else [])},
+             "after": {c["control"]: c for c in (a.controls if a else [])}}
+    names = list(dict.fromkeys([*sides["before"], *sides["after"]]))
+    if not names or (sides["before"] == sides["after"] and not review.changes):
+        return []
+
+    def show(c: Optional[dict]) -> str:
+        if c is None:
+            return "—"
+        with_ = "not estimated" if c["monthly_with"] is None else _money(c["monthly_with"], cur)
+        without = "unknown" if c["monthly_without"] is None else _money(c["monthly_without"], cur)
+        return f"{with_} with, {without} without"
+
+    out = ["", "| cost control | before | after | note |", "|---|---|---|---|"]
+    for n in names:
+        note = (sides["after"].get(n) or sides["before"].get(n))["note"]
+        out.append(f"| {n} | {show(sides['before'].get(n))} | {show(sides['after'].get(n))} | {note} |")
+    return out
+
+
 def render_markdown(reviews: list[StackReview], base_ref: str) -> str:
     out = [f"## gpu-cluster review against `{base_ref}`", ""]
     dangerous = [(r.stack, c) for r in reviews for c in r.changes if c.dangerous]
@@ -187,11 +211,13 @@ def render_markdown(reviews: list[StackReview], base_ref: str) -> str:
         out.append(f"| {r.stack} | {r.count('add')} | {r.count('change')} | {r.count('replace')} | "
                    f"{r.count('delete')} | {_cost_line(r)} | {len(r.new_violations)} | {len(r.fixed_violations)} |")
     for r in reviews:
-        if not (r.changes or r.new_violations or r.fixed_violations or r.notes):
+        controls = _controls_lines(r)
+        if not (r.changes or r.new_violations or r.fixed_violations or r.notes or controls):
             continue
         out += ["", f"### {r.stack}", ""]
         out += [f"- note: {n}".replace("\n", "\n  ") for n in r.notes]
         out.append(f"- monthly cost: {_cost_line(r)}")
+        out += controls
         if r.changes:
             out += ["", "| action | type | name | what |", "|---|---|---|---|"]
             for c in r.changes:

@@ -59,6 +59,23 @@ def test_unchanged_plans_review_clean(sample_plan):
     assert (same.new_violations, same.fixed_violations) == ([], [])
 
 
+def test_adding_a_schedule_shows_the_cost_with_and_without_it_on_both_sides():
+    from conftest import render_plan
+
+    base = render_plan("aws-scheduled", {"schedule": None})
+    head = render_plan("aws-scheduled")
+    review = review_stack("aws-scheduled", base, head)
+    added = {c.type for c in review.changes if c.action == "add"}
+    assert {"aws:scheduler/schedule:Schedule", "aws:scheduler/scheduleGroup:ScheduleGroup"} <= added
+    assert review.cost_after.total < review.cost_before.total
+    md = render_markdown([review], "main")
+    [row] = [line for line in md.splitlines() if line.startswith("| schedule |")]
+    after = next(c for c in review.cost_after.controls if c["control"] == "schedule")
+    assert row.split(" | ")[1] == "—"  # no schedule before
+    assert f"{after['monthly_with']:,.2f} USD with, {after['monthly_without']:,.2f} USD without" in row
+    assert "| idle_stop |" in md and "| budget.stop_at_pct |" in md
+
+
 def test_a_new_stack_is_all_additions(sample_plan):
     plan = sample_plan("aws-entry")
     changes = diff_plans(None, plan)

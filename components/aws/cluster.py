@@ -16,6 +16,7 @@ from components.aws.backup import BACKUP_TAG, Backup, BackupArgs
 from components.aws.notes import fsx_backup_days
 from components.aws.budget import Budget, BudgetArgs
 from components.aws.compute import Compute, ComputeArgs
+from components.aws.costcontrol import CostControlArgs, CostControls
 from components.aws.monitoring import Monitoring, MonitoringArgs
 from components.aws.network import Network, NetworkArgs
 from components.aws.storage import Storage, StorageArgs
@@ -65,10 +66,17 @@ class ClusterComponent(pulumi.ComponentResource):
             termination_protection=spec.criticality == "critical", image_id=spec.image_id,
             bucket_arn=storage.bucket_arn, lustre_dns_name=storage.fsx_dns_name,
             lustre_mount_name=storage.fsx_mount_name, data_volume_ids=storage.data_volume_ids,
-            data_disk_gb=spec.storage.data_disk_gb), child)
+            data_disk_gb=spec.storage.data_disk_gb, capacity=spec.capacity), child)
 
         Monitoring(f"{name}-monitoring", MonitoringArgs(
             node_ids=compute.node_ids, topic_arn=budget.topic_arn, tags=tags), child)
+
+        if spec.schedule is not None or spec.idle_stop is not None or spec.budget.stop_at_pct is not None:
+            CostControls(f"{name}-cost-controls", CostControlArgs(
+                cluster_name=name, region=cluster.region, account_id=account_id, partition=partition,
+                node_ids=compute.node_ids, gpu_node_ids=compute.node_ids, tags=tags, topic_arn=budget.topic_arn,
+                schedule=spec.schedule, idle_stop=spec.idle_stop, budget_name=budget.budget_name,
+                stop_at_pct=spec.budget.stop_at_pct, emails=spec.budget.emails), child)
 
         self.exports = {
             "vpc_id": network.vpc_id,
@@ -83,4 +91,6 @@ class ClusterComponent(pulumi.ComponentResource):
             "connect": pulumi.Output.concat("aws ssm start-session --target ", compute.node_ids[0],
                                             " --region ", cluster.region),
         }
+        if compute.reservation_id is not None:
+            self.exports["capacity_reservation_id"] = compute.reservation_id
         self.register_outputs(self.exports)

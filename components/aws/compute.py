@@ -13,6 +13,7 @@ exactly (node 0 on-demand, the rest spot).
 from __future__ import annotations
 
 import base64
+import datetime
 from dataclasses import dataclass
 from typing import Literal, Mapping, Optional, Sequence
 
@@ -23,7 +24,7 @@ from components.aws.common import assume_role_policy, aws_managed_policy, policy
 from components.catalog import Shape
 from components.aws.boot import DATA_VOLUME_TAG, boot_config
 from components.cloudinit import render
-from components.spec import node_is_spot
+from components.spec import Capacity, node_is_spot
 
 # The Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04), published as an SSM public
 # parameter (docs.aws.amazon.com/dlami/latest/devguide/find-dlami-id.html). It ships the NVIDIA driver,
@@ -63,9 +64,32 @@ def network_interfaces(efa_interfaces: int) -> list[NetworkInterface]:
             for card in range(efa_interfaces)]
 
 
-def wants_placement_group(nodes: int, tier: str) -> bool:
-    """Cluster placement for every multi-node cluster and every large cluster (policy placement-required)."""
-    return nodes > 1 or tier == "large"
+BLOCK_HOURS_TAG = "gpu-cluster:block-hours"
+
+
+def wants_placement_group(nodes: int, tier: str, capacity_type: str = "none") -> bool:
+    """Cluster placement for every multi-node cluster and every large cluster (policy placement-required),
+    except in a Capacity Block, which is placed close together by AWS and needs no placement group
+    (EC2 user guide, "Use Capacity Blocks": "there is no need to use a cluster placement group")."""
+    return (nodes > 1 or tier == "large") and capacity_type != "capacity_block"
+
+
+def block_window(start: datetime.date, duration_hours: int) -> tuple[str, str]:
+    """(earliest start, latest end) for the Capacity Block offering lookup: blocks that start on the start
+    day (DescribeCapacityBlockOfferings StartDateRange / EndDateRange). The provider's lookup fails
+    unless exactly one offering matches (ec2_capacity_block_offering_data_source.go), so the window is
+    one day wide."""
+    first = datetime.datetime.combine(start, datetime.time(), tzinfo=datetime.timezone.utc)
+    last = first + datetime.timedelta(hours=duration_hours, days=1)
+    return first.strftime("%Y-%m-%dT%H:%M:%SZ"), last.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def offering_in_zone(offering_id: str, offering_zone: str, zone: str) -> str:
+    """The offering's id, once it is in the cluster's zone (the block's instances can run nowhere else)."""
+    if offering_zone != zone:
+        raise pulumi.RunError(f"the Capacity Block offered for these dates is in {offering_zone}, not the cluster's zone "
+                              f"{zone}; set cluster.zone: {offering_zone} or choose another capacity.start_date")
+    return offering_id
 
 
 def market(purchase: str, index: int) -> Market:
@@ -105,6 +129,9 @@ class ComputeArgs:
     data_volume_ids: Sequence[pulumi.Input[str]] = ()
     """One per node, attached at DATA_DEVICE and mounted at /data; empty: none."""
     data_disk_gb: int = 0
+    capacity: Optional[Capacity] = None
+    """Bought-ahead capacity (spec.Capacity): an On-Demand Capacity Reservation or a Capacity Block for
+    every node; None or type none: plain on-demand/spot."""
 
 
 class Compute(pulumi.ComponentResource):
@@ -127,11 +154,14 @@ class Compute(pulumi.ComponentResource):
                           insecure_value=args.agent_config, description=f"CloudWatch agent configuration of {args.cluster_name}",
                           tags=tagged(args.tags, cloudwatch_parameter), opts=child)
 
+        capacity = args.capacity.type if args.capacity else "none"
         self.placement_group = None
-        if wants_placement_group(args.nodes, args.tier):
+        group = None
+        if wants_placement_group(args.nodes, args.tier, capacity):
             pg_name = f"{name}-placement"
             group = aws.ec2.PlacementGroup(pg_name, strategy="cluster", tags=tagged(args.tags, pg_name), opts=child)
             self.placement_group = group.name
+        self.reservation_id = self._reservation(name, args, group)
 
         image = (pulumi.Output.from_input(args.image_id) if args.image_id
                  else aws.ssm.get_parameter_output(name=DLAMI_PARAMETER,
@@ -199,9 +229,45 @@ class Compute(pulumi.ComponentResource):
         self.register_outputs({
             "node_ids": self.node_ids,
             "placement_group": self.placement_group,
+            "reservation_id": self.reservation_id,
             "launch_template_id": self.launch_template_id,
             "role_arn": self.role_arn,
         })
+
+    def _reservation(self, name: str, args: ComputeArgs,
+                     group: Optional[aws.ec2.PlacementGroup]) -> Optional[pulumi.Output[str]]:
+        """The capacity reservation every node launches into, when capacity is bought ahead."""
+        cap = args.capacity
+        if cap is None or cap.type == "none":
+            return None
+        if cap.reservation_id:
+            return pulumi.Output.from_input(cap.reservation_id)
+        res_name = f"{name}-capacity"
+        if cap.type == "odcr":
+            # Targeted: only these nodes use it. In the placement group, so the reserved capacity is packed
+            # as the nodes are (EC2 user guide, "Capacity Reservations in cluster placement groups"). Billed
+            # whether the nodes run or not (EC2 user guide, "On-Demand Capacity Reservations").
+            return aws.ec2.CapacityReservation(
+                res_name, instance_type=args.shape.type, instance_platform="Linux/UNIX",
+                availability_zone=args.zone, instance_count=args.nodes, instance_match_criteria="targeted",
+                end_date_type="unlimited", placement_group_arn=group.arn if group is not None else None,
+                tags=tagged(args.tags, res_name), opts=pulumi.ResourceOptions(parent=self)).id
+        start, end = block_window(cap.start_date, cap.duration_hours)
+        offering = aws.ec2.get_capacity_block_offering_output(
+            capacity_duration_hours=cap.duration_hours, instance_count=args.nodes, instance_type=args.shape.type,
+            start_date_range=start, end_date_range=end, opts=pulumi.InvokeOptions(parent=self))
+        # Creating it buys the block, which cannot be cancelled, and deleting it only forgets it
+        # (terraform-provider-aws ec2_capacity_block_reservation.go): kept on delete, and never bought
+        # again because a later lookup finds another offering.
+        offering_id = pulumi.Output.all(offering.capacity_block_offering_id, offering.availability_zone).apply(
+            lambda v: offering_in_zone(v[0], v[1], args.zone))
+        return aws.ec2.CapacityBlockReservation(
+            res_name, capacity_block_offering_id=offering_id, instance_platform="Linux/UNIX",
+            # The block's length, for the pricer and the reader: the reservation's own end_date is known
+            # only after the purchase.
+            tags=tagged({**args.tags, BLOCK_HOURS_TAG: str(cap.duration_hours)}, res_name),
+            opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True,
+                                        ignore_changes=["capacityBlockOfferingId"])).id
 
     def _instance_role(self, name: str, args: ComputeArgs,
                        child: pulumi.ResourceOptions) -> tuple[aws.iam.Role, aws.iam.InstanceProfile]:
@@ -277,9 +343,18 @@ class Compute(pulumi.ComponentResource):
         # the node ignores changes to its template reference: new and replaced nodes get the current
         # template, and a node is rolled on purpose with `pulumi up --replace <urn>`. The instance
         # type is set here too, so changing it is an in-place stop/resize/start.
+        reservation = None
+        if self.reservation_id is not None:
+            reservation = aws.ec2.InstanceCapacityReservationSpecificationArgs(
+                capacity_reservation_target=aws.ec2.InstanceCapacityReservationSpecificationCapacityReservationTargetArgs(
+                    capacity_reservation_id=self.reservation_id))
+            if args.capacity.type == "capacity_block":
+                # A Capacity Block is its own market (EC2 API, InstanceMarketOptionsRequest MarketType).
+                spot = aws.ec2.InstanceInstanceMarketOptionsArgs(market_type="capacity-block")
         return aws.ec2.Instance(
             node_name,
             launch_template=aws.ec2.InstanceLaunchTemplateArgs(id=template.id, version="$Default"),
+            capacity_reservation_specification=reservation,
             instance_type=args.shape.type,
             availability_zone=args.zone,
             placement_group=self.placement_group,

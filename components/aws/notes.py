@@ -48,4 +48,44 @@ def notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
         out.append(f"snapshots.retain={spec.snapshots.retain}: FSx for Lustre keeps automatic backups at most {cap} "
                    f"days, so the file system's backups are kept {cap} days (data-volume snapshots keep "
                    f"{spec.snapshots.retain})")
+    return out + cost_control_notes(spec, shape)
+
+
+def cost_control_notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
+    """What stops what, and what a stop costs, on AWS."""
+    out = []
+    what = "the GPU nodes"
+    if spec.schedule is not None:
+        out.append(f"schedule: EventBridge Scheduler starts {what} when a window opens and stops them when it closes "
+                   f"({'; '.join(spec.schedule.windows)}, {spec.schedule.timezone}); a node started by hand outside "
+                   f"the windows runs until the next stop")
+    if spec.idle_stop is not None:
+        out.append(f"idle_stop: a CloudWatch alarm per node stops it (EC2 stop action) when its GPU utilisation averages "
+                   f"below {spec.idle_stop.gpu_util_below_pct} % in every 5 minutes for {spec.idle_stop.for_minutes} "
+                   f"min; a node that sends no metric is never stopped. CloudWatch creates the service-linked role for "
+                   f"EC2 alarm actions itself at the first such alarm, so whoever runs `pulumi up` needs "
+                   f"iam:CreateServiceLinkedRole (CloudWatch API reference, PutMetricAlarm)")
+    if spec.budget.stop_at_pct is not None:
+        out.append(f"budget.stop_at_pct={spec.budget.stop_at_pct}: an AWS Budgets action runs the AWS-StopEC2Instance "
+                   f"automation on {what} when actual spend reaches {spec.budget.stop_at_pct} % of "
+                   f"{spec.budget.monthly_limit:g} a month; nothing starts them again: start them by hand (or at the "
+                   f"next window) once the budget allows")
+    if spec.schedule is not None or spec.idle_stop is not None or spec.budget.stop_at_pct is not None:
+        stopped = ("a stopped node keeps its EBS volumes (billed) and loses /scratch: instance-store NVMe data does "
+                   "not survive a stop (EC2 user guide, \"Instance store volume lifetime\")" if spec.storage.scratch ==
+                   "nvme" else "a stopped node keeps its EBS volumes (billed)")
+        out.append(f"stopping: {stopped}; FSx, the NAT gateway and the bucket keep billing. A stopped {shape.type} "
+                   f"starts again only when the zone has the capacity (InsufficientInstanceCapacity otherwise); "
+                   f"capacity.type odcr holds it, billed whether the nodes run or not")
+    cap = spec.capacity
+    if cap.type == "odcr":
+        out.append(f"capacity.type=odcr: an On-Demand Capacity Reservation for {spec.nodes} x {shape.type} in the "
+                   f"placement group, billed at the on-demand rate while it is active whether the nodes run or not "
+                   f"(EC2 user guide, \"Capacity Reservation pricing and billing\"); destroying the stack cancels it")
+    elif cap.type == "capacity_block":
+        out.append("capacity.type=capacity_block: the Capacity Block is paid up front when `pulumi up` buys it and "
+                   "cannot be cancelled: `pulumi destroy` only forgets it (provider doc "
+                   "ec2_capacity_block_reservation). Blocks end at 11:30 UTC; the offering lookup must find exactly "
+                   "one block of this size starting on capacity.start_date, or `pulumi up` stops before buying "
+                   "(EC2 user guide, \"Find and purchase Capacity Blocks\")")
     return out

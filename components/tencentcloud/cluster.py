@@ -18,6 +18,7 @@ from components.tencentcloud.addressing import turbo_cidr
 from components.tencentcloud.backup import Backup, BackupArgs
 from components.tencentcloud.budget import Budget, BudgetArgs
 from components.tencentcloud.compute import SCRATCH_DISK_GB, Compute, ComputeArgs, spot_max_price
+from components.tencentcloud.costcontrol import CostControlArgs, CostControls
 from components.tencentcloud.monitoring import Monitoring, MonitoringArgs
 from components.tencentcloud.network import Network, NetworkArgs
 from components.tencentcloud.storage import Storage, StorageArgs, TurboArgs
@@ -36,6 +37,14 @@ def first_image(images: list, instance_type: str) -> str:
         raise pulumi.RunError(f"no public image with os_name containing {PUBLIC_IMAGE_OS!r} is compatible with "
                               f"{instance_type} in this region; set cluster.image_id to an image that is")
     return images[0].image_id
+
+
+def reminder_thresholds(thresholds_pct: tuple[int, ...], stop_at_pct: Optional[int]) -> tuple[int, ...]:
+    """The budget's ACTUAL reminders; budget.stop_at_pct becomes one more (Tencent budgets cannot act:
+    billing.Budget has no action, provider doc billing_budget v1.82.42), and the plan says so."""
+    if stop_at_pct is None or stop_at_pct in thresholds_pct:
+        return thresholds_pct
+    return tuple(sorted((*thresholds_pct, stop_at_pct)))
 
 
 class ClusterComponent(pulumi.ComponentResource):
@@ -79,18 +88,24 @@ class ClusterComponent(pulumi.ComponentResource):
             family=shape.family,
             critical=spec.criticality == "critical", spot_max_price=spot_max_price(shape.price_hourly),
             scratch_disk_gb=SCRATCH_DISK_GB if spec.storage.scratch == "disk" else 0,
-            data_disk_ids=storage.data_disk_ids), opts=child)
+            data_disk_ids=storage.data_disk_ids, capacity=spec.capacity), opts=child)
 
         Backup(f"{name}-backup", BackupArgs(
             cluster_name=name, every_hours=spec.snapshots.every_hours, retain_days=spec.snapshots.retain,
             data_disk_ids=storage.data_disk_ids, file_system_id=storage.file_system_id), opts=child)
 
         budget = Budget(f"{name}-budget", BudgetArgs(
-            cluster_name=name, monthly_limit=spec.budget.monthly_limit, thresholds_pct=spec.budget.thresholds_pct,
+            cluster_name=name, monthly_limit=spec.budget.monthly_limit,
+            thresholds_pct=reminder_thresholds(spec.budget.thresholds_pct, spec.budget.stop_at_pct),
             emails=spec.budget.emails, tags=tags), opts=child)
 
         Monitoring(f"{name}-monitoring", MonitoringArgs(
             cluster_name=name, node_ids=compute.node_ids, notice_id=budget.notice_id, tags=tags), opts=child)
+
+        if spec.schedule is not None or spec.idle_stop is not None:
+            CostControls(f"{name}-cost-controls", CostControlArgs(
+                cluster_name=name, region=cluster.region, node_ids=compute.node_ids, gpu_node_ids=compute.node_ids,
+                tags=tags, schedule=spec.schedule, idle_stop=spec.idle_stop), opts=child)
 
         self.exports = {
             "vpc_id": network.vpc_id,

@@ -18,7 +18,7 @@ from typing import Mapping, Optional, Sequence
 import pulumi
 import tencentcloud_iac_pulumi as tencentcloud
 
-from components.spec import Purchase, node_is_spot
+from components.spec import Capacity, Purchase, node_is_spot
 
 SCRATCH_DISK_GB = 1000
 """Size of the non-persistent scratch disk when storage.scratch is "disk" (the spec has no size
@@ -92,6 +92,25 @@ class ComputeArgs:
     """Non-persistent scratch disk per node, deleted with the instance. 0: none."""
     data_disk_ids: Sequence[pulumi.Input[str]] = field(default_factory=tuple)
     """Persistent CBS disks (Storage), attached to the node of the same index."""
+    capacity: Optional[Capacity] = None
+    """capacity.type prepaid: monthly prepaid nodes (PREPAID, the term and its renewal)."""
+
+
+RENEW_FLAGS = {True: "NOTIFY_AND_AUTO_RENEW", False: "NOTIFY_AND_MANUAL_RENEW"}
+"""instance_charge_type_prepaid_renew_flag by capacity.auto_renew (provider doc instance v1.82.42)."""
+DEFAULT_PREPAID_MONTHS = 1
+
+
+def charge(spot: bool, capacity: Optional[Capacity]) -> dict:
+    """How a node is bought: the instance arguments of its charge type (provider doc instance v1.82.42:
+    instance_charge_type, instance_charge_type_prepaid_period in months, ..._prepaid_renew_flag)."""
+    if spot:
+        return {"instance_charge_type": "SPOTPAID"}
+    if capacity is not None and capacity.type == "prepaid":
+        return {"instance_charge_type": "PREPAID",
+                "instance_charge_type_prepaid_period": capacity.months or DEFAULT_PREPAID_MONTHS,
+                "instance_charge_type_prepaid_renew_flag": RENEW_FLAGS[capacity.auto_renew]}
+    return {"instance_charge_type": "POSTPAID_BY_HOUR"}
 
 
 class Compute(pulumi.ComponentResource):
@@ -114,9 +133,10 @@ class Compute(pulumi.ComponentResource):
         # (resource_tc_instance.go), which is why the spec refuses scratch: disk with spot.
         scratch = ([{"data_disk_type": "CLOUD_HSSD", "data_disk_size": args.scratch_disk_gb,
                      "delete_with_instance": True, "encrypt": True}] if args.scratch_disk_gb else None)
+        prepaid = args.capacity is not None and args.capacity.type == "prepaid"
         offers = tencentcloud.instance.get_types_output(
             filters=[{"name": "zone", "values": [args.zone]}, {"name": "instance-family", "values": [args.family]}],
-            cbs_filter={"disk_charge_type": "POSTPAID_BY_HOUR", "disk_usage": "SYSTEM_DISK",
+            cbs_filter={"disk_charge_type": "PREPAID" if prepaid else "POSTPAID_BY_HOUR", "disk_usage": "SYSTEM_DISK",
                         "disk_types": list(SYSTEM_DISK_PREFERENCE)},
             opts=pulumi.InvokeOutputOptions(parent=self))
         system_disk = offers.instance_types.apply(
@@ -139,7 +159,7 @@ class Compute(pulumi.ComponentResource):
                 system_disk_size=args.root_gb,
                 data_disks=scratch,
                 hpc_cluster_id=self.hpc_cluster_id,
-                instance_charge_type="SPOTPAID" if spot else "POSTPAID_BY_HOUR",
+                **charge(spot, args.capacity),
                 spot_instance_type="ONE-TIME" if spot else None,
                 spot_max_price=args.spot_max_price if spot else None,
                 # Termination protection on the on-demand nodes of a critical cluster: a spot node is

@@ -41,4 +41,37 @@ def notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
         out.append(f"storage.lustre.capacity_gib={spec.storage.lustre.capacity_gib} sets the CFS Turbo size at creation "
                    f"only: the provider (v1.82.42) cannot change it. To grow the file system, scale it up in the CFS "
                    f"console or with the ScaleUpFileSystem API (up only), then set capacity_gib to the new size")
+    return out + cost_control_notes(spec, shape)
+
+
+def cost_control_notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
+    """What stops what on Tencent Cloud, and what it cannot do."""
+    out = []
+    function = f"the SCF function {spec.name}-cost-controls"
+    if spec.schedule is not None:
+        out.append(f"schedule: {function} starts the nodes when a window opens and stops them with STOP_CHARGING when "
+                   f"it closes ({'; '.join(spec.schedule.windows)}, {spec.schedule.timezone}); Tencent Cloud has no "
+                   f"instance scheduler (cvm.ActionTimer only terminates), so a timer trigger runs it at each minute "
+                   f"an edge can fall on")
+    if spec.idle_stop is not None:
+        out.append(f"idle_stop: every 5 minutes {function} stops (STOP_CHARGING) a node whose Cloud Monitor GpuUtil "
+                   f"stayed below {spec.idle_stop.gpu_util_below_pct} % in every 5-minute period of the last "
+                   f"{spec.idle_stop.for_minutes} min; a node with missing data is never stopped")
+    if spec.budget.stop_at_pct is not None:
+        out.append(f"budget.stop_at_pct={spec.budget.stop_at_pct}: Tencent Cloud budgets only remind (billing.Budget "
+                   f"has no action), so nothing stops the nodes at that spend: the budget reminds at "
+                   f"{spec.budget.stop_at_pct} % as well, and stopping is yours")
+    if spec.schedule is not None or spec.idle_stop is not None:
+        out.append("stopping with STOP_CHARGING ends the CPU, GPU and memory charges of a pay-as-you-go node with cloud "
+                   "disks; its disks, CFS, EIPs and the NAT gateway keep billing, and starting it again may fail "
+                   "while the zone lacks the shape (CVM documentation, \"No charges when shut down\", "
+                   "intl.cloud.tencent.com/document/product/213/19918)")
+    if spec.capacity.type == "prepaid":
+        months = spec.capacity.months or 1
+        renew = "renewed automatically" if spec.capacity.auto_renew else "not renewed automatically (a reminder only)"
+        out.append(f"capacity.type=prepaid: monthly prepaid nodes, {months} month(s) a term, {renew}. Tencent Cloud "
+                   f"International sells CVM only pay-as-you-go (provider doc instance v1.82.42: \"TencentCloud "
+                   f"International only supports POSTPAID_BY_HOUR and CDHPAID\"), so this needs a China-site "
+                   f"account; a prepaid node cannot be deleted before its term ends: `pulumi destroy` moves it to the "
+                   f"recycle bin")
     return out

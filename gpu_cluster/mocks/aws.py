@@ -178,6 +178,12 @@ LOOKUPS: dict = {
         "rootDeviceName": DLAMI_ROOT_DEVICE, "rootDeviceType": "ebs", "virtualizationType": "hvm",
         "enaSupport": True, "ownerId": "898082745236", "state": "available",
     },
+    # One offering in the requested zone window: the first region zone, as the lookup answers.
+    "aws:ec2/getCapacityBlockOffering:getCapacityBlockOffering": lambda args: {
+        "capacityBlockOfferingId": f"cb-{_hex(str(args.get('instanceType')), str(args.get('startDateRange')), n=17)}",
+        "availabilityZone": _region() + "a", "currencyCode": "USD", "tenancy": "default",
+        "upfrontFee": "0.00",
+    },
     "aws:ec2/getSubnet:getSubnet": lambda args: {
         "id": args.get("id"), "arn": _arn("ec2", f"subnet/{args.get('id')}"),
         "vpcId": f"vpc-{_hex(str(args.get('id')), 'vpc', n=17)}", "availabilityZone": _region() + "a",

@@ -11,6 +11,8 @@ Items (the vocabulary shared by the price file, the cache and the catalog):
 | --- | --- | --- |
 | `instance` | instance type | hour (on-demand / pay-as-you-go) |
 | `instance_spot` | instance type | hour (a spot price you pay; else the catalog's spot discount applies) |
+| `capacity_block_hour` | instance type | hour of an EC2 Capacity Block, per instance (paid up front) |
+| `instance_prepaid_month` | instance type | month of a Tencent Cloud prepaid instance |
 | `ebs_gb_month` | volume type (`gp3`) | GB-month |
 | `fsx_lustre_gb_month` | PERSISTENT_2 throughput class (`125`, `250`, `500`, `1000`) | GB-month |
 | `nat_gateway_hour` | `-` on AWS; `STANDARD` or `TRADITIONAL` on Tencent Cloud | hour |
@@ -35,6 +37,8 @@ from typing import Optional, Protocol, Sequence
 ITEMS: dict[str, str] = {
     "instance": "hour",
     "instance_spot": "hour",
+    "capacity_block_hour": "hour",
+    "instance_prepaid_month": "month",
     "ebs_gb_month": "GB-month",
     "fsx_lustre_gb_month": "GB-month",
     "nat_gateway_hour": "hour",

@@ -69,7 +69,7 @@ class CatalogPrices:
         p = catalog.prices(cloud)  # type: ignore[arg-type]
         notes, estimate = [], bool(row.get("unconfirmed"))
         if row.get("unconfirmed"):
-            notes.append("third-party figure, not the cloud's own price table")
+            notes.append(row.get("note") or "third-party figure, not the cloud's own price table")
         if regions and region and region not in regions:
             estimate = True
             notes.append(f"priced at {'/'.join(regions)} rates; {region} not catalogued")

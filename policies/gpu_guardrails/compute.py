@@ -83,6 +83,18 @@ def _placement_ref(view: StackView, node: Node) -> Ref:
     return Ref()
 
 
+def _in_capacity_block(node: Node) -> bool:
+    """Whether the node launches into an EC2 Capacity Block, whose instances AWS places close together
+    itself ("there is no need to use a cluster placement group": EC2 user guide, "Use Capacity Blocks",
+    docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-blocks-using.html).
+    A capacity-block market without a reservation to launch into does not count (EC2 refuses it)."""
+    sources = [node.resource.props] + [t.resource.props for t in node.templates if t.resource is not None]
+    market = any(get(p, "instanceMarketOptions.marketType") == "capacity-block" for p in sources)
+    target = any(get(p, "capacityReservationSpecification.capacityReservationTarget.capacityReservationId")
+                 is not None for p in sources)
+    return market and target
+
+
 def _placement_required(args: Any, report_violation: Any) -> None:
     view = view_of(args.resources)
     min_nodes = as_int(config_value(args, "minNodes", 2)) or 2
@@ -95,6 +107,8 @@ def _placement_required(args: Any, report_violation: Any) -> None:
         label = cluster or "(untagged)"
         for n in nodes:
             name = n.label
+            if n.cloud == "aws" and _in_capacity_block(n):
+                continue
             if n.cloud == "aws":
                 ref = _placement_ref(view, n)
                 if not ref.present:

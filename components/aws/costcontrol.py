@@ -1,0 +1,174 @@
+"""Cost controls on AWS (docs/architecture.md): run windows, idle stop and a hard budget stop.
+
+- Run windows: EventBridge Scheduler schedules, one start and one stop per window, whose universal
+  targets call EC2 StartInstances / StopInstances on the cluster's nodes, with a role that may do only
+  that (EventBridge Scheduler user guide, "Using universal targets":
+  docs.aws.amazon.com/scheduler/latest/UserGuide/managing-targets-universal.html).
+- Idle stop: a CloudWatch alarm per node on its GPU utilisation whose action is the EC2 stop action
+  `arn:aws:automate:<region>:ec2:stop` — allowed on custom metrics with the InstanceId dimension, which
+  the agent configuration adds (CloudWatch user guide, "Create alarms to stop, terminate, reboot, or
+  recover an instance"). Missing data never stops a node.
+- Hard budget stop: an AWS Budgets action that runs the SSM automation STOP_EC2_INSTANCES on the nodes
+  when actual spend crosses `budget.stop_at_pct` (AWS Budgets API, "BudgetsAction", SsmActionDefinition),
+  with its own execution role trusting budgets.amazonaws.com.
+
+The spec refuses these controls for spot nodes (one-time spot cannot be stopped) and for reserved
+capacity (billed whether it runs or not): components/spec.py `stoppable`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Mapping, Optional, Sequence
+
+import pulumi
+import pulumi_aws as aws
+
+from components import windows as run_windows
+from components.aws.common import assume_role_policy, policy_output, tagged
+from components.spec import IdleStop, Schedule
+
+IDLE_PERIOD_S = 300
+"""The idle-stop alarm judges 5-minute averages (the spec's for_minutes is a multiple of 5)."""
+
+
+@dataclass(frozen=True)
+class CostControlArgs:
+    cluster_name: str
+    region: str
+    account_id: pulumi.Input[str]
+    partition: pulumi.Input[str]
+    node_ids: Sequence[pulumi.Input[str]]
+    """Every instance the controls start and stop (GPU nodes, and the head node where there is one)."""
+    gpu_node_ids: Sequence[pulumi.Input[str]]
+    """The instances watched for idleness (the GPU nodes)."""
+    tags: Mapping[str, str]
+    topic_arn: pulumi.Input[str]
+    """Where the idle-stop alarms report."""
+    schedule: Optional[Schedule] = None
+    idle_stop: Optional[IdleStop] = None
+    budget_name: Optional[pulumi.Input[str]] = None
+    stop_at_pct: Optional[int] = None
+    emails: tuple[str, ...] = ()
+    """Subscribers of the budget action (AWS Budgets requires at least one)."""
+
+
+def _instance_arns(args: CostControlArgs) -> pulumi.Output[list[str]]:
+    return pulumi.Output.all(args.partition, args.account_id, *args.node_ids).apply(
+        lambda v: [f"arn:{v[0]}:ec2:{args.region}:{v[1]}:instance/{i}" for i in v[2:]])
+
+
+class CostControls(pulumi.ComponentResource):
+    """What stops the cluster's nodes, and when."""
+
+    def __init__(self, name: str, args: CostControlArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("gpu-cluster:aws:CostControls", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        self.schedule_names: list[pulumi.Output[str]] = []
+        if args.schedule is not None:
+            self._schedules(name, args, child)
+        if args.idle_stop is not None:
+            self._idle_stop(name, args, child)
+        if args.stop_at_pct is not None:
+            self._budget_stop(name, args, child)
+        self.register_outputs({"schedule_names": self.schedule_names})
+
+    def _schedules(self, name: str, args: CostControlArgs, child: pulumi.ResourceOptions) -> None:
+        role_name = f"{name}-scheduler-role"
+        role = aws.iam.Role(role_name, assume_role_policy=assume_role_policy("scheduler.amazonaws.com"),
+                            description=f"Starts and stops the nodes of {args.cluster_name} in their run windows",
+                            tags=tagged(args.tags, role_name), opts=child)
+        policy = aws.iam.RolePolicy(
+            f"{name}-scheduler-start-stop", role=role.id,
+            policy=policy_output([{"Sid": "StartStopTheClusterNodes", "Effect": "Allow",
+                                   "Action": ["ec2:StartInstances", "ec2:StopInstances"],
+                                   "Resource": _instance_arns(args)}]),
+            opts=child)
+        group_name = f"{name}-schedules"
+        group = aws.scheduler.ScheduleGroup(group_name, tags=tagged(args.tags, group_name), opts=child)
+        instances = pulumi.Output.all(*args.node_ids).apply(lambda ids: json.dumps({"InstanceIds": list(ids)}))
+        parsed = [run_windows.parse(w) for w in args.schedule.windows]
+        counts = {"start": 0, "stop": 0}
+        for event in run_windows.events(parsed):
+            action = "startInstances" if event.action == "start" else "stopInstances"
+            index = counts[event.action]
+            counts[event.action] += 1
+            schedule = aws.scheduler.Schedule(
+                f"{name}-{event.action}-{index}",
+                group_name=group.name,
+                description=f"{event.action} the nodes of {args.cluster_name} ({', '.join(args.schedule.windows)}, "
+                            f"{args.schedule.timezone})",
+                schedule_expression=event.cron(),
+                schedule_expression_timezone=args.schedule.timezone,
+                flexible_time_window=aws.scheduler.ScheduleFlexibleTimeWindowArgs(mode="OFF"),
+                target=aws.scheduler.ScheduleTargetArgs(
+                    arn=f"arn:aws:scheduler:::aws-sdk:ec2:{action}", role_arn=role.arn, input=instances),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[policy]))
+            self.schedule_names.append(schedule.name)
+
+    def _idle_stop(self, name: str, args: CostControlArgs, child: pulumi.ResourceOptions) -> None:
+        from components.aws.monitoring import GPU_UTILISATION, NAMESPACE
+
+        idle = args.idle_stop
+        stop = f"arn:aws:automate:{args.region}:ec2:stop"
+        for i, node_id in enumerate(args.gpu_node_ids):
+            alarm_name = f"{name}-node-{i}-idle-stop"
+            aws.cloudwatch.MetricAlarm(
+                alarm_name,
+                alarm_description=f"Stops {args.cluster_name} node {i} when its GPUs average below "
+                                  f"{idle.gpu_util_below_pct} % for {idle.for_minutes} min (idle_stop)",
+                namespace=NAMESPACE, metric_name=GPU_UTILISATION, dimensions={"InstanceId": node_id},
+                statistic="Average", period=IDLE_PERIOD_S, evaluation_periods=idle.for_minutes * 60 // IDLE_PERIOD_S,
+                threshold=idle.gpu_util_below_pct, comparison_operator="LessThanThreshold",
+                # A node that sends nothing is reported by the monitoring alarms, never stopped.
+                treat_missing_data="notBreaching",
+                alarm_actions=[stop, args.topic_arn], tags=tagged(args.tags, alarm_name), opts=child)
+
+    def _budget_stop(self, name: str, args: CostControlArgs, child: pulumi.ResourceOptions) -> None:
+        role_name = f"{name}-budget-stop-role"
+        role = aws.iam.Role(role_name, assume_role_policy=assume_role_policy("budgets.amazonaws.com"),
+                            description=f"Lets AWS Budgets stop the nodes of {args.cluster_name} at "
+                                        f"{args.stop_at_pct} % of the budget",
+                            tags=tagged(args.tags, role_name), opts=child)
+        # The AWS managed policy AWSBudgetsActions_RolePolicyForResourceAdministrationWithSSM, narrowed to
+        # stopping: EC2 calls only through SSM, and only the AWS-StopEC2Instance automation (AWS Cost
+        # Management user guide, "Setting up a role for AWS Budgets to run budget actions":
+        # docs.aws.amazon.com/cost-management/latest/userguide/budgets-action-role.html; the managed
+        # policy: docs.aws.amazon.com/aws-managed-policy/latest/reference/
+        # AWSBudgetsActions_RolePolicyForResourceAdministrationWithSSM.html).
+        ssm = pulumi.Output.concat("arn:", args.partition, ":ssm:", args.region, ":", args.account_id)
+        policy = aws.iam.RolePolicy(
+            f"{name}-budget-stop-policy", role=role.id,
+            policy=policy_output([
+                {"Sid": "StopTheClusterNodesThroughSsm", "Effect": "Allow",
+                 "Action": ["ec2:StopInstances"], "Resource": _instance_arns(args),
+                 "Condition": {"ForAnyValue:StringEquals": {"aws:CalledVia": ["ssm.amazonaws.com"]}}},
+                {"Sid": "SeeInstancesThroughSsm", "Effect": "Allow", "Action": ["ec2:DescribeInstanceStatus"],
+                 "Resource": "*",
+                 "Condition": {"ForAnyValue:StringEquals": {"aws:CalledVia": ["ssm.amazonaws.com"]}}},
+                {"Sid": "RunTheStopAutomation", "Effect": "Allow", "Action": ["ssm:StartAutomationExecution"],
+                 "Resource": [
+                     pulumi.Output.concat("arn:", args.partition, ":ssm:", args.region, ":*:document/AWS-StopEC2Instance"),
+                     pulumi.Output.concat(ssm, ":automation-execution/*"),
+                     pulumi.Output.concat(ssm, ":automation-definition/AWS-StopEC2Instance:*")]},
+            ]),
+            opts=child)
+        aws.budgets.BudgetAction(
+            f"{name}-budget-stop",
+            budget_name=args.budget_name,
+            action_type="RUN_SSM_DOCUMENTS",
+            approval_model="AUTOMATIC",
+            notification_type="ACTUAL",
+            action_threshold=aws.budgets.BudgetActionActionThresholdArgs(
+                action_threshold_type="PERCENTAGE", action_threshold_value=float(args.stop_at_pct)),
+            definition=aws.budgets.BudgetActionDefinitionArgs(
+                ssm_action_definition=aws.budgets.BudgetActionDefinitionSsmActionDefinitionArgs(
+                    action_sub_type="STOP_EC2_INSTANCES", instance_ids=list(args.gpu_node_ids),
+                    region=args.region)),
+            execution_role_arn=role.arn,
+            subscribers=[aws.budgets.BudgetActionSubscriberArgs(address=e, subscription_type="EMAIL")
+                         for e in args.emails] + [
+                aws.budgets.BudgetActionSubscriberArgs(address=args.topic_arn, subscription_type="SNS")],
+            tags=tagged(args.tags, f"{name}-budget-stop"),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[policy]))

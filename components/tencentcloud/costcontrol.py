@@ -1,0 +1,180 @@
+"""Cost controls on Tencent Cloud: run windows and idle stop through one SCF function.
+
+Tencent Cloud has no scheduler that starts and stops instances: `cvm.ActionTimer` only terminates
+("currently only supports scheduled destruction", provider doc cvm_action_timer v1.82.42), Auto
+Scaling schedules change a group's size, and Cloud Monitor alarms only notify. The documented way
+to run code on a timer is a Serverless Cloud Function with timer triggers (provider doc scf_function
+v1.82.42: triggers type "timer", trigger_desc a cron expression), so the cluster gets one function
+(components/tencentcloud/scf_cost_controls.py) that calls the CVM API with STOP_CHARGING, under an
+execution role that may start and stop only this cluster's nodes.
+
+- The timer's cron time zone is not documented, so no cron carries the schedule's hours: the
+  "windows" trigger fires every hour at each minute a window edge can fall on in UTC, and the
+  function decides in the schedule's own IANA zone (shipped in the code package) whether an edge is
+  now. Any whole-hour offset of the timer leaves those minutes unchanged.
+- Budgets on Tencent Cloud only remind (billing.Budget has no action): `budget.stop_at_pct` adds a
+  reminder at that share and the plan says nothing stops the nodes (components/tencentcloud/notes.py).
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import io
+import json
+import os
+import zipfile
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Mapping, Optional, Sequence
+
+import pulumi
+import tencentcloud_iac_pulumi as tencentcloud
+
+from components import windows as run_windows
+from components.spec import IdleStop, Schedule
+from components.tencentcloud import scf_cost_controls as handler
+
+RUNTIME = "Python3.9"
+"""Set explicitly: the provider's default is Python2.7 and it sends any string (resource_tc_scf_function.go
+has no ValidateFunc); Python3.9 is in the CreateFunction API model of the provider's vendored SDK and in
+its scf_trigger example (terraform-provider-tencentcloud, vendor/.../scf/v20180416/models.go)."""
+TIMEOUT_S = 60
+IDLE_CRON = "0 */5 * * * * *"
+"""Every 5 minutes: seconds minutes hours day month week year (SCF documentation, "Timer trigger",
+cron syntax 1 with seven fields)."""
+CODE_DIR = Path("build") / "tencent-cost-controls"
+"""Where the code package is written, relative to the project directory in which `pulumi` runs the
+program and the provider reads `zip_file` (a local path: resource_tc_scf_function.go opens it at
+create and update). The file name carries the content hash because the provider updates the code only
+when the path changes (d.HasChange("zip_file"))."""
+_FIXED_TIME = (1980, 1, 1, 0, 0, 0)
+
+
+def edge_minutes(events: Sequence[run_windows.Event], timezone: str) -> list[int]:
+    """Minutes of the hour (UTC) at which a window edge can fall, over the zone's offsets in a year."""
+    import zoneinfo
+
+    zone = zoneinfo.ZoneInfo(timezone)
+    offsets = {int(datetime.datetime(2027, month, 15, 12, tzinfo=zone).utcoffset().total_seconds() // 60)
+               for month in range(1, 13)}
+    return sorted({(e.minute - off) % 60 for e in events for off in offsets})
+
+
+def windows_cron(events: Sequence[run_windows.Event], timezone: str) -> str:
+    return f"0 {','.join(map(str, edge_minutes(events, timezone)))} * * * * *"
+
+
+def code_package(timezone: Optional[str]) -> bytes:
+    """index.py and the schedule's time zone file, as a reproducible zip (fixed times and order)."""
+    files = {"index.py": Path(handler.__file__).read_bytes()}
+    if timezone:
+        files[handler.ZONE_FILE] = resources.files("tzdata.zoneinfo").joinpath(timezone).read_bytes()
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        for name in sorted(files):
+            info = zipfile.ZipInfo(name, _FIXED_TIME)
+            info.external_attr = 0o644 << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            z.writestr(info, files[name])
+    return out.getvalue()
+
+
+def write_package(data: bytes, root: Path = Path(".")) -> str:
+    """Write the package once under CODE_DIR; its relative path (what zip_file holds)."""
+    rel = CODE_DIR / f"cost-controls-{hashlib.sha256(data).hexdigest()[:16]}.zip"
+    path = root / rel
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(data)
+        tmp.replace(path)
+    return rel.as_posix()
+
+
+def handler_config(region: str, node_ids: list, gpu_node_ids: list, schedule: Optional[Schedule],
+                   idle: Optional[IdleStop]) -> str:
+    events = run_windows.events([run_windows.parse(w) for w in schedule.windows]) if schedule else []
+    return json.dumps({
+        "region": region, "nodes": node_ids, "gpu_nodes": gpu_node_ids,
+        "timezone": schedule.timezone if schedule else None,
+        "events": [[e.action, list(e.days), e.minute] for e in events],
+        "idle": {"below_pct": idle.gpu_util_below_pct, "for_minutes": idle.for_minutes} if idle else None,
+    }, sort_keys=True, separators=(",", ":"))
+
+
+def role_document() -> str:
+    """Trust: SCF assumes the role (provider doc cam_role v1.82.42, "Or use service" example)."""
+    return json.dumps({"version": "2.0", "statement": [{
+        "action": "name/sts:AssumeRole", "effect": "allow", "principal": {"service": ["scf.qcloud.com"]}}]})
+
+
+def policy_document(region: str, owner_uin: str, node_ids: list) -> str:
+    """Start and stop these instances only; read their state and GPU metric (CAM resource format
+    qcs::cvm:<region>:uin/<owner>:instance/<id>: CVM documentation, "Authorizable Resource Types")."""
+    instances = [f"qcs::cvm:{region}:uin/{owner_uin}:instance/{i}" for i in node_ids]
+    return json.dumps({"version": "2.0", "statement": [
+        {"effect": "allow", "action": ["name/cvm:StartInstances", "name/cvm:StopInstances"], "resource": instances},
+        {"effect": "allow", "action": ["name/cvm:DescribeInstancesStatus", "name/monitor:GetMonitorData"],
+         "resource": ["*"]},
+    ]}, sort_keys=True)
+
+
+@dataclass(frozen=True)
+class CostControlArgs:
+    cluster_name: str
+    region: str
+    node_ids: Sequence[pulumi.Input[str]]
+    """Every instance the windows start and stop (GPU nodes, and the head node where there is one)."""
+    gpu_node_ids: Sequence[pulumi.Input[str]]
+    """The instances idle stop watches."""
+    tags: Mapping[str, str]
+    schedule: Optional[Schedule] = None
+    idle_stop: Optional[IdleStop] = None
+
+
+class CostControls(pulumi.ComponentResource):
+    function_name: pulumi.Output[str]
+
+    def __init__(self, name: str, args: CostControlArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("gpu-cluster:tencentcloud:CostControls", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        prefix = args.cluster_name
+        owner = tencentcloud.user.get_info_output(opts=pulumi.InvokeOutputOptions(parent=self)).owner_uin
+        role = tencentcloud.cam.Role(f"{prefix}-cost-controls-role", name=f"{prefix}-cost-controls",
+                                     document=role_document(),
+                                     description=f"Starts and stops the nodes of {prefix} (gpu-cluster cost controls)",
+                                     tags=dict(args.tags), opts=child)
+        policy = tencentcloud.cam.Policy(
+            f"{prefix}-cost-controls-policy", name=f"{prefix}-cost-controls",
+            document=pulumi.Output.all(owner, *args.node_ids).apply(
+                lambda v: policy_document(args.region, v[0], list(v[1:]))),
+            description=f"Start and stop the nodes of {prefix}", opts=child)
+        attach = tencentcloud.cam.RolePolicyAttachment(f"{prefix}-cost-controls-attach", role_id=role.id,
+                                                       policy_id=policy.id, opts=child)
+
+        triggers = []
+        if args.schedule is not None:
+            events = run_windows.events([run_windows.parse(w) for w in args.schedule.windows])
+            triggers.append({"name": "windows", "type": "timer",
+                             "trigger_desc": windows_cron(events, args.schedule.timezone)})
+        if args.idle_stop is not None:
+            triggers.append({"name": "idle", "type": "timer", "trigger_desc": IDLE_CRON})
+        config = pulumi.Output.all(pulumi.Output.all(*args.node_ids), pulumi.Output.all(*args.gpu_node_ids)).apply(
+            lambda v: handler_config(args.region, list(v[0]), list(v[1]), args.schedule, args.idle_stop))
+        function = tencentcloud.scf.Function(
+            f"{prefix}-cost-controls",
+            name=f"{prefix}-cost-controls",
+            description=f"gpu-cluster {prefix}: run windows and idle stop",
+            runtime=RUNTIME,
+            handler="index.main",
+            timeout=TIMEOUT_S,
+            zip_file=write_package(code_package(args.schedule.timezone if args.schedule else None)),
+            role=role.name,
+            environment={handler.CONFIG_VARIABLE: config},
+            triggers=triggers,
+            tags=dict(args.tags),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[attach]))
+        self.function_name = function.name
+        self.register_outputs({"function_name": self.function_name})

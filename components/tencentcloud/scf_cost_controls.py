@@ -1,0 +1,166 @@
+"""The cluster's cost controls on Tencent Cloud, run by SCF (Python 3.9, standard library only).
+
+Shipped as `index.py` of the function's code package (components/tencentcloud/costcontrol.py) with
+the schedule's time zone file; its configuration arrives in the GPU_CLUSTER_COST_CONTROLS
+environment variable. Two timer triggers call `main`:
+
+- "windows" fires every hour at the minutes a run window may begin or end; the function starts the
+  stopped nodes when a window begins now (in the schedule's own time zone) and stops the running ones
+  when it ends. It acts only at a window's edge, like the AWS schedules, so a node started by hand
+  outside the windows is left alone until the next edge.
+- "idle" fires every 5 minutes; a GPU node whose 5-minute GPU utilisation (Cloud Monitor QCE/CVM
+  GpuUtil) stayed below the threshold in every period of the last `for_minutes` is stopped. A period
+  without data is not idle: a node that reports nothing is never stopped.
+
+Stopping uses StoppedMode STOP_CHARGING, which ends compute charges of pay-as-you-go nodes with cloud
+disks (CVM API StopInstances; CVM documentation "No charges when shut down",
+intl.cloud.tencent.com/document/product/213/19918). Requests are signed with TC3-HMAC-SHA256 (Tencent Cloud API 3.0
+documentation, "Calling Method → Signature v3", with its worked example) using the temporary keys SCF puts in
+the environment for the function's execution role (SCF documentation, "Roles and Authorization").
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import hmac
+import json
+import os
+import time
+import urllib.request
+import zoneinfo
+from typing import Any, Callable, Optional
+
+CONFIG_VARIABLE = "GPU_CLUSTER_COST_CONTROLS"
+ZONE_FILE = "zone.tzif"
+EDGE_TOLERANCE_S = 120
+"""A window edge counts as "now" within two minutes (timer triggers fire within the minute)."""
+IDLE_PERIOD_S = 300
+CVM = ("cvm", "2017-03-12")
+MONITOR = ("monitor", "2018-07-24")
+
+
+def sign(secret_id: str, secret_key: str, service: str, host: str, timestamp: int, payload: str,
+         method: str = "POST", query: str = "", content_type: str = "application/json") -> str:
+    """The Authorization header of a TC3-HMAC-SHA256 request (API 3.0 "Signature v3")."""
+    canonical = "\n".join([method, "/", query, f"content-type:{content_type}\nhost:{host}\n", "content-type;host",
+                           hashlib.sha256(payload.encode()).hexdigest()])
+    date = datetime.datetime.fromtimestamp(timestamp, datetime.timezone.utc).strftime("%Y-%m-%d")
+    scope = f"{date}/{service}/tc3_request"
+    to_sign = "\n".join(["TC3-HMAC-SHA256", str(timestamp), scope, hashlib.sha256(canonical.encode()).hexdigest()])
+
+    def mac(key: bytes, msg: str) -> bytes:
+        return hmac.new(key, msg.encode(), hashlib.sha256).digest()
+
+    key = mac(mac(mac(("TC3" + secret_key).encode(), date), service), "tc3_request")
+    signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
+    return f"TC3-HMAC-SHA256 Credential={secret_id}/{scope}, SignedHeaders=content-type;host, Signature={signature}"
+
+
+Call = Callable[[tuple[str, str], str, dict], dict]
+
+
+def api(region: str, env: Optional[dict] = None) -> Call:
+    """call(service, action, params) → the Response object, with the execution role's keys."""
+    env = os.environ if env is None else env
+
+    def call(service: tuple[str, str], action: str, params: dict) -> dict:
+        name, version = service
+        host = f"{name}.tencentcloudapi.com"
+        payload, now = json.dumps(params), int(time.time())
+        headers = {"Authorization": sign(env["TENCENTCLOUD_SECRETID"], env["TENCENTCLOUD_SECRETKEY"], name, host, now,
+                                         payload),
+                   "Content-Type": "application/json", "Host": host, "X-TC-Action": action,
+                   "X-TC-Timestamp": str(now), "X-TC-Version": version, "X-TC-Region": region}
+        if env.get("TENCENTCLOUD_SESSIONTOKEN"):
+            headers["X-TC-Token"] = env["TENCENTCLOUD_SESSIONTOKEN"]
+        request = urllib.request.Request(f"https://{host}/", data=payload.encode(), headers=headers, method="POST")
+        with urllib.request.urlopen(request, timeout=20) as answer:  # noqa: S310 (a fixed https endpoint)
+            body = json.loads(answer.read())["Response"]
+        if "Error" in body:
+            raise RuntimeError(f"{action}: {body['Error'].get('Code')}: {body['Error'].get('Message')}")
+        return body
+
+    return call
+
+
+def edge_now(events: list, zone: datetime.tzinfo, now: float) -> Optional[str]:
+    """The action of the window edge nearest to `now` within the tolerance, or None. `events` are
+    [action, days (0 = Monday), minute of the day] in the schedule's time zone."""
+    local = datetime.datetime.fromtimestamp(now, zone)
+    best: Optional[tuple[float, str]] = None
+    for action, days, minute in events:
+        for shift in (-1, 0, 1):  # an edge just before or after midnight
+            day = local + datetime.timedelta(days=shift)
+            if day.weekday() not in days:
+                continue
+            edge = day.replace(hour=minute // 60, minute=minute % 60, second=0, microsecond=0)
+            gap = abs((edge - local).total_seconds())
+            if gap <= EDGE_TOLERANCE_S and (best is None or gap < best[0]):
+                best = (gap, action)
+    return best[1] if best else None
+
+
+def states(call: Call, ids: list) -> dict:
+    answer = call(CVM, "DescribeInstancesStatus", {"InstanceIds": ids, "Limit": 100})
+    return {s["InstanceId"]: s["InstanceState"] for s in answer.get("InstanceStatusSet", [])}
+
+
+def stop(call: Call, ids: list) -> None:
+    if ids:
+        call(CVM, "StopInstances", {"InstanceIds": ids, "StoppedMode": "STOP_CHARGING"})
+
+
+def idle_nodes(points: list, below_pct: float, for_minutes: int, now: float) -> list:
+    """Nodes whose every 5-minute GpuUtil value of the last `for_minutes` is below the threshold, with
+    no period missing (GetMonitorData DataPoints: Dimensions, Timestamps, Values)."""
+    periods = for_minutes * 60 // IDLE_PERIOD_S
+    out = []
+    for point in points:
+        node = next((d["Value"] for d in point.get("Dimensions", []) if d.get("Name") == "InstanceId"), None)
+        recent = [v for t, v in zip(point.get("Timestamps", []), point.get("Values", []))
+                  if t > now - for_minutes * 60 - IDLE_PERIOD_S and v is not None]
+        if node and len(recent) >= periods and all(v < below_pct for v in recent[-periods:]):
+            out.append(node)
+    return out
+
+
+def run(config: dict, trigger: str, call: Call, now: float, zone: Optional[datetime.tzinfo]) -> dict:
+    """What one trigger does; returns what it did (SCF logs the return value)."""
+    if trigger == "windows":
+        action = edge_now(config["events"], zone, now)
+        if action is None:
+            return {"windows": "no window edge now"}
+        current = states(call, config["nodes"])
+        if action == "start":
+            ids = [i for i, s in current.items() if s == "STOPPED"]
+            if ids:
+                call(CVM, "StartInstances", {"InstanceIds": ids})
+        else:
+            ids = [i for i, s in current.items() if s == "RUNNING"]
+            stop(call, ids)
+        return {"windows": action, "instances": ids}
+    if trigger == "idle":
+        idle = config["idle"]
+        start = datetime.datetime.fromtimestamp(now - idle["for_minutes"] * 60 - IDLE_PERIOD_S, datetime.timezone.utc)
+        end = datetime.datetime.fromtimestamp(now, datetime.timezone.utc)
+        answer = call(MONITOR, "GetMonitorData", {
+            "Namespace": "QCE/CVM", "MetricName": "GpuUtil", "Period": IDLE_PERIOD_S,
+            "StartTime": start.isoformat(timespec="seconds"), "EndTime": end.isoformat(timespec="seconds"),
+            "Instances": [{"Dimensions": [{"Name": "InstanceId", "Value": i}]} for i in config["gpu_nodes"]]})
+        candidates = idle_nodes(answer.get("DataPoints", []), idle["below_pct"], idle["for_minutes"], now)
+        running = states(call, candidates) if candidates else {}
+        ids = [i for i in candidates if running.get(i) == "RUNNING"]
+        stop(call, ids)
+        return {"idle_stopped": ids}
+    raise ValueError(f"unknown trigger {trigger!r}")
+
+
+def main(event: dict, context: Any = None) -> dict:
+    """SCF entry point (handler index.main). The timer event names its trigger in TriggerName."""
+    config = json.loads(os.environ[CONFIG_VARIABLE])
+    zone = None
+    if config.get("events"):
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), ZONE_FILE), "rb") as f:
+            zone = zoneinfo.ZoneInfo.from_file(f, key=config["timezone"])
+    return run(config, event.get("TriggerName", ""), api(config["region"]), time.time(), zone)

@@ -1,0 +1,426 @@
+"""Cost controls (run windows, idle stop, budget stop, bought-ahead capacity): the spec refuses what
+makes no sense, each cloud renders its mechanism, the Tencent function does what it says, the pricer
+counts only scheduled hours and shows each control's effect."""
+
+from __future__ import annotations
+
+import datetime
+import io
+import json
+import zipfile
+import zoneinfo
+from pathlib import Path
+
+import pytest
+
+from components import catalog, windows
+from components.aws.compute import block_window, wants_placement_group
+from components.spec import ClusterSpec, SpecError, load_spec, stop_problems
+from components.tencentcloud import costcontrol as tc_controls
+from components.tencentcloud import scf_cost_controls as handler
+from conftest import ROOT, merge, stack_with
+from gpu_cluster import pricing
+from gpu_cluster.plan import Plan
+from gpu_cluster.policyrun import run_policies
+from gpu_cluster.prices import load_book
+from gpu_cluster.render import render
+
+AWS = {
+    "name": "ft-day", "cloud": "aws", "zone": "us-east-1b", "tier": "entry", "nodes": 1,
+    "instance_type": "g5.xlarge", "budget": {"monthly_limit": 400, "emails": ["mlops@example.com"]},
+}
+TENCENT = {
+    "name": "tc-lab", "cloud": "tencentcloud", "zone": "ap-guangzhou-6", "tier": "entry", "nodes": 1,
+    "instance_type": "GN7.5XLARGE80",
+    "budget": {"monthly_limit": 6000, "currency": "CNY", "emails": ["lab@example.com"]},
+}
+REGIONS = {"aws": "us-east-1", "tencentcloud": "ap-guangzhou"}
+SCHEDULE = {"timezone": "America/New_York", "windows": ["Mon-Fri 08:00-20:00"]}
+
+SCHEDULE_T = "aws:scheduler/schedule:Schedule"
+ALARM = "aws:cloudwatch/metricAlarm:MetricAlarm"
+ACTION = "aws:budgets/budgetAction:BudgetAction"
+ROLE = "aws:iam/role:Role"
+ROLE_POLICY = "aws:iam/rolePolicy:RolePolicy"
+INSTANCE = "aws:ec2/instance:Instance"
+BLOCK = "aws:ec2/capacityBlockReservation:CapacityBlockReservation"
+ODCR = "aws:ec2/capacityReservation:CapacityReservation"
+PG = "aws:ec2/placementGroup:PlacementGroup"
+SCF = "tencentcloud:Scf/function:Function"
+CAM_ROLE = "tencentcloud:Cam/role:Role"
+CAM_POLICY = "tencentcloud:Cam/policy:Policy"
+TC_INSTANCE = "tencentcloud:Instance/instance:Instance"
+TC_BUDGET = "tencentcloud:Billing/budget:Budget"
+
+
+def problems(cluster: dict) -> list[str]:
+    with pytest.raises(SpecError) as info:
+        load_spec(cluster, REGIONS)
+    return info.value.problems
+
+
+def one_problem(cluster: dict, *fragments: str) -> None:
+    [p] = problems(cluster)
+    for f in fragments:
+        assert f in p, p
+
+
+# ---- windows -------------------------------------------------------------------------------------
+
+def test_windows_parse_into_grouped_edges_and_weekly_hours():
+    parsed = [windows.parse("Mon-Fri 09:00-21:00"), windows.parse("Sat 10:00-16:00")]
+    assert windows.weekly_hours(parsed) == 66
+    events = windows.events(parsed)
+    assert [(e.action, e.cron()) for e in events] == [
+        ("start", "cron(0 9 ? * MON,TUE,WED,THU,FRI *)"), ("start", "cron(0 10 ? * SAT *)"),
+        ("stop", "cron(0 21 ? * MON,TUE,WED,THU,FRI *)"), ("stop", "cron(0 16 ? * SAT *)")]
+    assert windows.running_hours_a_week([(e.action, e.cron()) for e in events]) == 66
+
+
+def test_a_night_shift_split_at_midnight_has_no_edge_at_midnight():
+    events = windows.events([windows.parse("Mon 22:00-24:00"), windows.parse("Tue 00:00-06:00")])
+    assert [(e.action, e.days, e.minute) for e in events] == [("start", (0,), 22 * 60), ("stop", (1,), 6 * 60)]
+    assert windows.running_hours_a_week([(e.action, e.cron()) for e in events]) == 8
+
+
+def test_a_window_ending_at_midnight_stops_the_next_day_and_sunday_wraps_to_monday():
+    [start, stop] = windows.events([windows.parse("Sun 20:00-24:00")])
+    assert stop.days == (0,) and stop.minute == 0 and stop.cron() == "cron(0 0 ? * MON *)"
+    assert windows.running_hours_a_week([(start.action, start.cron()), (stop.action, stop.cron())]) == 4
+
+
+# ---- the spec ------------------------------------------------------------------------------------
+
+def test_a_stack_with_every_control_loads():
+    spec = load_spec(merge(AWS, {"schedule": SCHEDULE, "idle_stop": {"gpu_util_below_pct": 5, "for_minutes": 60},
+                                 "budget": {"stop_at_pct": 100}}), REGIONS).spec
+    assert spec.schedule.timezone == "America/New_York" and spec.budget.stop_at_pct == 100
+
+
+@pytest.mark.parametrize("changes,fragments", [
+    ({"schedule": {"timezone": "Mars/Olympus", "windows": ["Mon 09:00-17:00"]}},
+     ["cluster.schedule.timezone", "Mars/Olympus", "IANA"]),
+    ({"schedule": {"timezone": "UTC", "windows": ["Mon 17:00-09:00"]}}, ["cluster.schedule.windows", "end after"]),
+    ({"schedule": {"timezone": "UTC", "windows": ["Mon-Fri 09:00-17:00", "Wed 16:00-18:00"]}},
+     ["overlap", "Wed"]),
+    ({"schedule": {"timezone": "UTC", "windows": ["weekdays 9-5"]}}, ["'weekdays 9-5'", "Mon-Fri 09:00-21:00"]),
+    ({"idle_stop": {"gpu_util_below_pct": 5, "for_minutes": 7}}, ["cluster.idle_stop.for_minutes", "10"]),
+    ({"idle_stop": {"gpu_util_below_pct": 5, "for_minutes": 62}}, ["multiple of 5"]),
+    ({"budget": {"stop_at_pct": 0}}, ["cluster.budget.stop_at_pct"]),
+    ({"capacity": {"type": "prepaid"}}, ["capacity.type='prepaid'", "does not exist on aws", "odcr"]),
+    ({"purchase": "spot", "schedule": SCHEDULE}, ["cluster.schedule", "one-time spot", "cannot be stopped"]),
+    ({"capacity": {"type": "odcr"}, "idle_stop": {"gpu_util_below_pct": 5, "for_minutes": 60}},
+     ["cluster.idle_stop", "billed whether the nodes run or not", "saves nothing"]),
+    ({"capacity": {"type": "capacity_block", "start_date": "2027-01-11", "duration_hours": 360}},
+     ["duration_hours=360", "24-336 in steps of 24", "4368 in steps of 168"]),
+    ({"capacity": {"type": "odcr", "months": 3}}, ["cluster.capacity.months", "not used by capacity.type='odcr'"]),
+    ({"capacity": {"type": "odcr", "reservation_id": "cr-123"}}, ["reservation_id='cr-123'", "cr-[0-9a-f]{17}"]),
+])
+def test_controls_that_make_no_sense_are_one_sentence(changes, fragments):
+    one_problem(merge(AWS, changes), *fragments)
+
+
+def test_capacity_blocks_are_sold_in_powers_of_two_up_to_64():
+    cluster = merge(AWS, {"instance_type": "p5.48xlarge", "tier": "large", "nodes": 3,
+                          "capacity": {"type": "capacity_block", "start_date": "2027-01-11", "duration_hours": 336}})
+    one_problem(cluster, "cluster.nodes=3", "1, 2, 4, 8, 16, 32, 64")
+    load_spec(merge(cluster, {"nodes": 2}), REGIONS)
+    load_spec(merge(cluster, {"nodes": 2, "capacity": {"duration_hours": 21 * 24}}), REGIONS)
+
+
+def test_tencent_refuses_stopping_shapes_with_local_disks_and_prepaid_scratch_disks():
+    # No tier admits a catalogued Tencent shape with local NVMe today (HCCPNV4h), so the rule is asked directly.
+    hcc = catalog.shape("tencentcloud", "HCCPNV4h.48XLARGE1024")
+    spec = ClusterSpec.model_validate(merge(TENCENT, {"schedule": SCHEDULE}))
+    [problem] = stop_problems(spec, hcc)
+    assert "cluster.schedule on HCCPNV4h.48XLARGE1024" in problem and "local disks" in problem
+    assert stop_problems(spec, catalog.shape("tencentcloud", "GN7.5XLARGE80")) == []
+    one_problem(merge(TENCENT, {"capacity": {"type": "prepaid"}, "storage": {"scratch": "disk"}}),
+                "scratch='disk' with capacity.type='prepaid'")
+    one_problem(merge(TENCENT, {"capacity": {"type": "prepaid", "months": 13}}), "months=13", "24, 36, 48")
+
+
+def test_idle_stop_defaults_on_only_for_experimental_on_demand_clusters():
+    experimental = load_spec(merge(AWS, {"criticality": "experimental"}), REGIONS)
+    assert (experimental.spec.idle_stop.gpu_util_below_pct, experimental.spec.idle_stop.for_minutes) == (5, 60)
+    assert any("idle_stop: on by default" in n for n in experimental.notes)
+    assert load_spec(merge(AWS, {"criticality": "critical"}), REGIONS).spec.idle_stop is None
+    assert load_spec(merge(AWS, {"criticality": "standard"}), REGIONS).spec.idle_stop is None
+    assert load_spec(merge(AWS, {"criticality": "experimental", "purchase": "spot"}), REGIONS).spec.idle_stop is None
+    assert load_spec(merge(AWS, {"criticality": "experimental", "idle_stop": None}), REGIONS).spec.idle_stop is None
+
+
+# ---- AWS -------------------------------------------------------------------------------------------
+
+def _policy(plan: Plan, name_part: str) -> dict:
+    r = next(r for r in plan.of_type(ROLE_POLICY) if name_part in r.name)
+    return json.loads(r.inputs["policy"])
+
+
+def _trust(plan: Plan, name_part: str) -> set[str]:
+    r = next(r for r in plan.of_type(ROLE) if name_part in r.name)
+    return {s["Principal"]["Service"] for s in json.loads(r.inputs["assumeRolePolicy"])["Statement"]}
+
+
+def test_aws_run_windows_are_scheduler_schedules_on_the_nodes(sample_plan):
+    plan = sample_plan("aws-scheduled")
+    node_ids = sorted(n.id for n in plan.of_type(INSTANCE))
+    schedules = {r.name.rsplit("-cost-controls-", 1)[-1]: r.inputs for r in plan.of_type(SCHEDULE_T)}
+    assert set(schedules) == {"start-0", "stop-0"}
+    for name, action, hour in (("start-0", "startInstances", 8), ("stop-0", "stopInstances", 20)):
+        s = schedules[name]
+        assert s["scheduleExpression"] == f"cron(0 {hour} ? * MON,TUE,WED,THU,FRI *)"
+        assert s["scheduleExpressionTimezone"] == "America/New_York"
+        assert s["flexibleTimeWindow"] == {"mode": "OFF"}
+        assert s["target"]["arn"] == f"arn:aws:scheduler:::aws-sdk:ec2:{action}"
+        assert sorted(json.loads(s["target"]["input"])["InstanceIds"]) == node_ids
+    assert _trust(plan, "scheduler-role") == {"scheduler.amazonaws.com"}
+    [statement] = _policy(plan, "scheduler-start-stop")["Statement"]
+    assert sorted(statement["Action"]) == ["ec2:StartInstances", "ec2:StopInstances"]
+    assert all(arn.endswith(tuple(node_ids)) and ":instance/" in arn for arn in statement["Resource"])
+
+
+def test_aws_idle_stop_is_an_alarm_with_the_ec2_stop_action(sample_plan):
+    plan = sample_plan("aws-scheduled")
+    [alarm] = [r.inputs for r in plan.of_type(ALARM) if r.name.endswith("idle-stop")]
+    assert "arn:aws:automate:us-east-1:ec2:stop" in alarm["alarmActions"]
+    assert (alarm["threshold"], alarm["comparisonOperator"], alarm["period"], alarm["evaluationPeriods"]) == (
+        5, "LessThanThreshold", 300, 12)
+    assert alarm["treatMissingData"] == "notBreaching"
+    assert alarm["dimensions"] == {"InstanceId": plan.one(INSTANCE).id}
+
+
+def test_aws_budget_stop_is_a_budgets_action_on_the_nodes(sample_plan):
+    plan = sample_plan("aws-scheduled")
+    action = plan.one(ACTION).inputs
+    assert (action["actionType"], action["approvalModel"], action["notificationType"]) == (
+        "RUN_SSM_DOCUMENTS", "AUTOMATIC", "ACTUAL")
+    assert action["actionThreshold"] == {"actionThresholdType": "PERCENTAGE", "actionThresholdValue": 100}
+    ssm = action["definition"]["ssmActionDefinition"]
+    assert ssm["actionSubType"] == "STOP_EC2_INSTANCES" and ssm["instanceIds"] == [plan.one(INSTANCE).id]
+    assert {"address": "mlops@example.com", "subscriptionType": "EMAIL"} in action["subscribers"]
+    assert _trust(plan, "budget-stop-role") == {"budgets.amazonaws.com"}
+    statements = _policy(plan, "budget-stop-policy")["Statement"]
+    actions = sorted(a for s in statements for a in s["Action"])
+    assert actions == ["ec2:DescribeInstanceStatus", "ec2:StopInstances", "ssm:StartAutomationExecution"]
+    assert all("ssm.amazonaws.com" in json.dumps(s.get("Condition")) for s in statements if s["Action"][0][:4] == "ec2:")
+
+
+def test_a_stack_without_controls_has_no_control_resources(sample_plan):
+    plan = sample_plan("aws-large")
+    assert not plan.of_type(SCHEDULE_T) and not plan.of_type(ACTION)
+    assert not [r for r in plan.of_type(ALARM) if r.name.endswith("idle-stop")]
+
+
+def test_a_capacity_block_is_bought_once_and_the_nodes_launch_into_it(sample_plan):
+    plan = sample_plan("aws-reserved")
+    block = plan.one(BLOCK)
+    assert block.inputs["instancePlatform"] == "Linux/UNIX"
+    assert block.inputs["tags"]["gpu-cluster:block-hours"] == "336"
+    assert not plan.of_type(PG)  # AWS packs a block's instances itself
+    for node in plan.of_type(INSTANCE):
+        assert node.inputs["instanceMarketOptions"] == {"marketType": "capacity-block"}
+        target = node.inputs["capacityReservationSpecification"]["capacityReservationTarget"]
+        assert target["capacityReservationId"] == block.id
+    assert run_policies(plan) == []
+    assert block_window(datetime.date(2027, 1, 11), 336) == ("2027-01-11T00:00:00Z", "2027-01-26T00:00:00Z")
+    assert not wants_placement_group(2, "large", "capacity_block")
+
+
+def test_placement_required_credits_a_block_only_with_its_reservation():
+    doc = render(stack_with("aws-reserved")).plan()
+    for r in doc["deployment"]["resources"]:
+        if r["type"] == INSTANCE:
+            for side in ("inputs", "outputs"):
+                r[side].pop("capacityReservationSpecification", None)
+    found = {(v.policy, v.urn.rsplit("::", 1)[-1]) for v in run_policies(Plan.from_doc(doc))}
+    assert found == {("placement-required", "llm-block-compute-node-0"), ("placement-required", "llm-block-compute-node-1")}
+
+
+def test_an_odcr_is_targeted_in_the_placement_group(render_cluster):
+    plan = render_cluster("aws-large", {"capacity": {"type": "odcr"}})
+    odcr, group = plan.one(ODCR).inputs, plan.one(PG)
+    assert (odcr["instanceType"], odcr["instanceCount"], odcr["instanceMatchCriteria"]) == ("p5.48xlarge", 2, "targeted")
+    assert odcr["availabilityZone"] == "us-east-1a" and odcr["placementGroupArn"] == group.outputs["arn"]
+    for node in plan.of_type(INSTANCE):
+        target = node.inputs["capacityReservationSpecification"]["capacityReservationTarget"]
+        assert target["capacityReservationId"] == plan.one(ODCR).id
+        assert "instanceMarketOptions" not in node.inputs
+    assert run_policies(plan) == []
+
+
+# ---- Tencent Cloud -------------------------------------------------------------------------------
+
+def test_tencent_controls_are_one_function_with_timer_triggers(sample_plan):
+    plan = sample_plan("tencent-scheduled")
+    fn = plan.one(SCF).inputs
+    assert (fn["runtime"], fn["handler"]) == ("Python3.9", "index.main")
+    triggers = {t["name"]: t for t in fn["triggers"]}
+    assert triggers["windows"] == {"name": "windows", "type": "timer", "triggerDesc": "0 0 * * * * *"}
+    assert triggers["idle"]["triggerDesc"] == "0 */5 * * * * *"
+    config = json.loads(fn["environment"][handler.CONFIG_VARIABLE])
+    node = plan.one(TC_INSTANCE)
+    assert config["nodes"] == config["gpu_nodes"] == [node.id]
+    assert config["timezone"] == "Asia/Shanghai" and config["idle"] == {"below_pct": 5, "for_minutes": 60}
+    assert ["start", [0, 1, 2, 3, 4], 540] in config["events"] and ["stop", [5], 960] in config["events"]
+    package = zipfile.ZipFile(io.BytesIO((ROOT / fn["zipFile"]).read_bytes()))
+    assert sorted(package.namelist()) == ["index.py", "zone.tzif"]
+    assert package.read("index.py") == Path(handler.__file__).read_bytes()
+    zone = zoneinfo.ZoneInfo.from_file(io.BytesIO(package.read("zone.tzif")))
+    assert datetime.datetime(2027, 1, 1, tzinfo=zone).utcoffset() == datetime.timedelta(hours=8)
+
+
+def test_tencent_function_role_may_only_touch_the_cluster_nodes(sample_plan):
+    plan = sample_plan("tencent-scheduled")
+    trust = json.loads(plan.one(CAM_ROLE).inputs["document"])
+    assert trust["statement"][0]["principal"] == {"service": ["scf.qcloud.com"]}
+    policy = json.loads(plan.one(CAM_POLICY).inputs["document"])
+    [mutate] = [s for s in policy["statement"] if "name/cvm:StopInstances" in s["action"]]
+    node = plan.one(TC_INSTANCE).id
+    assert len(mutate["resource"]) == 1 and mutate["resource"][0].startswith("qcs::cvm:ap-guangzhou:uin/")
+    assert mutate["resource"][0].endswith(f":instance/{node}")
+    assert plan.one(SCF).inputs["role"] == plan.one(CAM_ROLE).inputs["name"]
+
+
+def test_tencent_budget_stop_is_a_reminder_at_that_share(sample_plan):
+    plan = sample_plan("tencent-scheduled")
+    warns = {(w["warnType"], w["thresholdValue"]) for w in plan.one(TC_BUDGET).inputs["warnJsons"]}
+    assert ("ACTUAL", "100") in warns
+
+
+def test_tencent_prepaid_nodes_carry_the_term_and_renewal(sample_plan):
+    for node in sample_plan("tencent-prepaid").of_type(TC_INSTANCE):
+        assert node.inputs["instanceChargeType"] == "PREPAID"
+        assert node.inputs["instanceChargeTypePrepaidPeriod"] == 3
+        assert node.inputs["instanceChargeTypePrepaidRenewFlag"] == "NOTIFY_AND_AUTO_RENEW"
+    assert not sample_plan("tencent-prepaid").of_type(SCF)
+
+
+def test_edge_minutes_follow_the_zone_offset():
+    events = windows.events([windows.parse("Mon-Fri 09:00-17:30")])
+    assert tc_controls.edge_minutes(events, "Asia/Shanghai") == [0, 30]
+    assert tc_controls.edge_minutes(events, "Asia/Kolkata") == [0, 30]  # +05:30: 09:00 is :30 UTC
+    assert tc_controls.windows_cron(windows.events([windows.parse("Mon 09:15-10:00")]), "Asia/Kathmandu") == (
+        "0 15,30 * * * * *")  # +05:45
+
+
+def test_the_code_package_is_reproducible(tmp_path):
+    a, b = tc_controls.code_package("Asia/Shanghai"), tc_controls.code_package("Asia/Shanghai")
+    assert a == b
+    path = tc_controls.write_package(a, tmp_path)
+    assert (tmp_path / path).read_bytes() == a and path.startswith("build/tencent-cost-controls/cost-controls-")
+    assert tc_controls.code_package("Europe/Paris") != a
+
+
+# ---- the Tencent function itself -------------------------------------------------------------------
+
+def test_signature_matches_the_documented_example():
+    # Tencent Cloud API 3.0 "Signature v3" worked example (GET DescribeInstances Limit=10&Offset=0).
+    auth = handler.sign("AKIDz8krbsJ5yKBZQpn74WFkmLPx3EXAMPLE", "Gu5t9xGARNpq86cd98joQYCN3EXAMPLE", "cvm",
+                        "cvm.tencentcloudapi.com", 1539084154, "", method="GET", query="Limit=10&Offset=0",
+                        content_type="application/x-www-form-urlencoded")
+    assert auth == ("TC3-HMAC-SHA256 Credential=AKIDz8krbsJ5yKBZQpn74WFkmLPx3EXAMPLE/2018-10-09/cvm/tc3_request, "
+                    "SignedHeaders=content-type;host, "
+                    "Signature=5da7a33f6993f0614b047e5df4582db9e9bf4672ba50567dba16c6ccf174c474")
+
+
+class FakeCloud:
+    def __init__(self, states: dict, points: list = ()):
+        self.states, self.points, self.calls = dict(states), list(points), []
+
+    def __call__(self, service, action, params):
+        self.calls.append((action, params))
+        if action == "DescribeInstancesStatus":
+            return {"InstanceStatusSet": [{"InstanceId": i, "InstanceState": self.states[i]}
+                                          for i in params["InstanceIds"]]}
+        if action == "GetMonitorData":
+            return {"DataPoints": self.points}
+        return {}
+
+
+CONFIG = {"region": "ap-guangzhou", "nodes": ["ins-a", "ins-b"], "gpu_nodes": ["ins-a", "ins-b"],
+          "timezone": "Asia/Shanghai", "events": [["start", [0, 1, 2, 3, 4], 540], ["stop", [0, 1, 2, 3, 4], 1260]],
+          "idle": {"below_pct": 5, "for_minutes": 60}}
+SHANGHAI = zoneinfo.ZoneInfo("Asia/Shanghai")
+
+
+def at(*args) -> float:
+    return datetime.datetime(*args, tzinfo=SHANGHAI).timestamp()
+
+
+def test_windows_start_stopped_nodes_at_the_edge_in_the_schedule_zone():
+    cloud = FakeCloud({"ins-a": "STOPPED", "ins-b": "RUNNING"})
+    assert handler.run(CONFIG, "windows", cloud, at(2027, 3, 1, 9, 0, 40), SHANGHAI) == {
+        "windows": "start", "instances": ["ins-a"]}  # Monday 09:00 Shanghai
+    assert ("StartInstances", {"InstanceIds": ["ins-a"]}) in cloud.calls
+
+
+def test_windows_stop_with_stop_charging_and_do_nothing_between_edges():
+    cloud = FakeCloud({"ins-a": "RUNNING", "ins-b": "STOPPED"})
+    handler.run(CONFIG, "windows", cloud, at(2027, 3, 5, 20, 59, 30), SHANGHAI)  # Friday, 30 s before 21:00
+    assert ("StopInstances", {"InstanceIds": ["ins-a"], "StoppedMode": "STOP_CHARGING"}) in cloud.calls
+    quiet = FakeCloud({"ins-a": "RUNNING", "ins-b": "RUNNING"})
+    assert handler.run(CONFIG, "windows", quiet, at(2027, 3, 6, 9, 0), SHANGHAI) == {"windows": "no window edge now"}
+    assert quiet.calls == []  # Saturday: no window
+
+
+def test_edges_follow_daylight_saving_in_the_schedule_zone():
+    paris = zoneinfo.ZoneInfo("Europe/Paris")
+    events = [["start", [0], 9 * 60]]
+    winter = datetime.datetime(2027, 1, 4, 8, 0, tzinfo=datetime.timezone.utc).timestamp()  # 09:00 CET
+    summer = datetime.datetime(2027, 7, 5, 7, 0, tzinfo=datetime.timezone.utc).timestamp()  # 09:00 CEST
+    assert handler.edge_now(events, paris, winter) == "start" == handler.edge_now(events, paris, summer)
+    assert handler.edge_now(events, paris, winter - 3600) is None
+
+
+def test_idle_stop_stops_only_running_nodes_idle_in_every_period():
+    now = at(2027, 3, 1, 15, 0)
+    times = [int(now) - 300 * k for k in range(12, 0, -1)]
+    points = [{"Dimensions": [{"Name": "InstanceId", "Value": "ins-a"}], "Timestamps": times, "Values": [1.0] * 12},
+              {"Dimensions": [{"Name": "InstanceId", "Value": "ins-b"}], "Timestamps": times,
+               "Values": [1.0] * 11 + [40.0]}]
+    cloud = FakeCloud({"ins-a": "RUNNING", "ins-b": "RUNNING"}, points)
+    assert handler.run(CONFIG, "idle", cloud, now, None) == {"idle_stopped": ["ins-a"]}
+    [request] = [p for a, p in cloud.calls if a == "GetMonitorData"]
+    assert (request["Namespace"], request["MetricName"], request["Period"]) == ("QCE/CVM", "GpuUtil", 300)
+
+
+def test_missing_data_is_never_idle():
+    now = 1_800_000_000
+    gappy = [{"Dimensions": [{"Name": "InstanceId", "Value": "ins-a"}],
+              "Timestamps": [now - 300 * k for k in range(6, 0, -1)], "Values": [0.0] * 6}]
+    assert handler.idle_nodes(gappy, 5, 60, now) == []
+    assert handler.idle_nodes(gappy, 5, 30, now) == ["ins-a"]
+
+
+# ---- prices ----------------------------------------------------------------------------------------
+
+def test_the_estimate_counts_only_scheduled_hours(sample_plan):
+    cost = pricing.price_plan(sample_plan("aws-scheduled"), load_book(cache=None))
+    [node] = [i for i in cost.items if i.item.startswith("GPU nodes")]
+    assert node.quantity == pytest.approx(60 * 730 / 168, abs=0.01)
+    controls = {c["control"]: c for c in cost.controls}
+    schedule = controls["schedule"]
+    assert schedule["monthly_with"] == cost.total
+    assert schedule["monthly_without"] == pytest.approx(cost.total + node.unit_price * (730 - node.quantity), abs=0.05)
+    assert controls["idle_stop"]["monthly_with"] is None
+    assert controls["budget.stop_at_pct"]["monthly_with"] <= 400 + cost.total - node.monthly
+
+
+def test_tencent_scheduled_hours_come_from_the_function(sample_plan):
+    cost = pricing.price_plan(sample_plan("tencent-scheduled"), load_book(cache=None))
+    [node] = [i for i in cost.items if i.item.startswith("GPU nodes")]
+    assert node.quantity == pytest.approx(66 * 730 / 168, abs=0.01)
+
+
+def test_capacity_blocks_and_prepaid_terms_are_priced_from_the_price_sources(sample_plan):
+    cost = pricing.price_plan(sample_plan("aws-reserved"), load_book(cache=None))
+    blocks = [i for i in cost.items if "capacity_block" in i.item]
+    assert len(blocks) == 2 and all(i.quantity == 336 and i.unit_price == 39.33 and i.estimate for i in blocks)
+    [block] = [c for c in cost.controls if c["control"] == "capacity capacity_block"]
+    assert block["monthly_without"] > block["monthly_with"]
+    prepaid = pricing.price_plan(sample_plan("tencent-prepaid"), load_book(cache=None))
+    assert [i.item for i in prepaid.unpriced if "prepaid" in i.item]  # no public prepaid price: unpriced, not 0
+    example = ROOT / "examples" / "prices.example.yaml"
+    priced = pricing.price_plan(sample_plan("tencent-prepaid"), load_book(example, cache=None))
+    assert [i.monthly for i in priced.items if "prepaid" in i.item] == [42000.0, 42000.0]
