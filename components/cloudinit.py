@@ -149,6 +149,9 @@ class BootConfig:
     """Extra cloud-init write_files entries (e.g. an agent configuration)."""
     commands: tuple[tuple[str, ...], ...] = ()
     """Commands run last, each an argv (e.g. start the GPU metrics agent)."""
+    hostname: Optional[str] = None
+    """Set the host name at every boot (cloud-init set_hostname; the Slurm head node must be
+    called what slurm.conf's SlurmctldHost says). None: leave the cloud's host name."""
 
 
 def scratch_script(devices: int, model: Optional[str]) -> str:
@@ -191,6 +194,8 @@ def render(boot: BootConfig) -> str:
     runcmd += [list(c) for c in boot.commands]
 
     doc: dict = {"package_update": bool(packages)}
+    if boot.hostname:
+        doc["hostname"] = boot.hostname
     if packages:
         doc["packages"] = sorted(set(packages))
     if files:
