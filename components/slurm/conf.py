@@ -20,7 +20,6 @@ Every key below is documented in slurm.conf(5) / gres.conf(5) / cgroup.conf(5) o
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 from components.catalog import Cloud, Shape
 from components.spec import Purchase, node_is_spot
@@ -45,6 +44,8 @@ class Paths:
     etc: str = "/etc/gpu-cluster"
     state: str = "/var/lib/gpu-cluster"
     slurm_etc: str = "/etc/slurm"
+    etc_default: str = "/etc/default"
+    """/etc/default/slurmd holds SLURMD_OPTIONS for the packaged slurmd.service."""
     munge_key: str = "/etc/munge/munge.key"
     infiniband_sysfs: str = "/sys/class/infiniband"
     scratch: str = "/scratch"
@@ -192,6 +193,9 @@ def slurm_conf(c: SlurmCluster) -> str:
         ("SlurmdLogFile", "/var/log/slurm/slurmd.log"),
         ("SlurmctldParameters", "enable_configless,cloud_reg_addrs"),
         ("TreeWidth", 65533),
+        # Without it, CLOUD nodes that have not registered yet are hidden from scontrol and sinfo
+        # "even for SlurmUser and root" — and the health gate must drain a node before it registers.
+        ("PrivateData", "cloud"),
         ("ProctrackType", "proctrack/cgroup"),
         ("TaskPlugin", "task/cgroup,task/affinity"),
         ("SelectType", "select/cons_tres"),
@@ -250,7 +254,3 @@ def slurmd_options(c: SlurmCluster, node_name_var: str = "NODE_NAME") -> str:
     """SLURMD_OPTIONS for /etc/default/slurmd (read by the packaged slurmd.service): configless
     from the head node, under the node's stable name (slurmd -N)."""
     return f"--conf-server {c.head_address}:{SLURMCTLD_PORT} -N ${{{node_name_var}}}"
-
-
-def node_features(c: SlurmCluster, index: int) -> Optional[str]:
-    return "spot" if index in c.spot_indices else "ondemand"

@@ -164,7 +164,10 @@ if [ "$size" -lt 32 ] || [ "$size" -gt 1024 ]; then
   echo "munge-key: the key in secret $SECRET_ID is $size bytes; munge needs 32-1024" >&2
   exit 1
 fi
-mkdir -p "$(dirname "$KEY_FILE")"
+key_dir=$(dirname "$KEY_FILE")
+if [ ! -d "$key_dir" ]; then
+  install -d -o "$MUNGE_USER" -g "$MUNGE_USER" -m 0700 "$key_dir"
+fi
 if [ -f "$KEY_FILE" ] && cmp -s "$work/key" "$KEY_FILE"; then
   echo "munge-key: $KEY_FILE already holds the stored key"
 else
@@ -176,7 +179,7 @@ restart_munge
 
 
 def munge_key_script(c: SlurmCluster, mode: str, restart: Sequence[str] = DEFAULT_MUNGE_RESTART,
-                     wait_s: int = MUNGE_WAIT_S, poll_s: int = 10) -> str:
+                     wait_s: int = MUNGE_WAIT_S, poll_s: int = 10, key_owner: str = "munge") -> str:
     """The munge key, from the cloud's secret store. mode "head": make and store it when the
     secret has no value yet; mode "node": wait for it. Only the secret's name is in the script."""
     if mode not in ("head", "node"):
@@ -185,7 +188,7 @@ def munge_key_script(c: SlurmCluster, mode: str, restart: Sequence[str] = DEFAUL
     return _script(f"Install the cluster's munge key ({mode})", {
         "MODE": mode, "REGION": c.region, "SECRET_ID": c.munge_secret_id,
         "SECRET_VERSION": c.munge_secret_version, "SECRET_MISSING": o.secret_missing,
-        "KEY_FILE": c.paths.munge_key, "MUNGE_USER": "munge", "WAIT_S": wait_s, "POLL_S": poll_s,
+        "KEY_FILE": c.paths.munge_key, "MUNGE_USER": key_owner, "WAIT_S": wait_s, "POLL_S": poll_s,
     }, _MUNGE_BODY, [shell.function("secret_get", o.secret_get),
                      shell.function("secret_extract", o.secret_extract),
                      shell.function("secret_put", o.secret_put),
@@ -397,9 +400,13 @@ def node_health_script(c: SlurmCluster) -> str:
 
 # ---------------------------------------------------------------------------------------------
 _GATE_BODY = r'''
+# slurmd runs this with a minimal environment: make sure the usual directories are searched.
+export PATH="${PATH:+$PATH:}/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Messages go to stdout too: slurmd logs a failing HealthCheckProgram's output.
+say() { echo "health-gate: $*"; echo "health-gate: $*" >&2; }
 NODE_NAME=$(cat "$NODE_NAME_FILE" 2>/dev/null || true)
 if [ -z "$NODE_NAME" ]; then
-  echo "health-gate: $NODE_NAME_FILE is missing" >&2
+  say "$NODE_NAME_FILE is missing"
   exit 1
 fi
 if [ ! -s "$STATUS_FILE" ]; then
@@ -410,16 +417,23 @@ else
   reason=$(sed -n 2p "$STATUS_FILE")
 fi
 if [ "$result" = PASS ]; then
-  current=$(scontrol show node "$NODE_NAME" -o | sed -n 's/.* Reason=\(.*\) \[.*/\1/p')
+  if ! node=$(scontrol show node "$NODE_NAME" -o 2>&1); then
+    say "scontrol show node $NODE_NAME failed: $node"
+    exit 1
+  fi
+  current=$(printf '%s\n' "$node" | sed -n 's/.* Reason=\(.*\) \[.*/\1/p')
   case "$current" in
     "$REASON_PREFIX"*)
       scontrol update nodename="$NODE_NAME" state=resume
-      echo "health-gate: $NODE_NAME passed its health check: resumed" ;;
+      say "$NODE_NAME passed its health check: resumed" ;;
   esac
   exit 0
 fi
-scontrol update nodename="$NODE_NAME" state=drain reason="$REASON_PREFIX ${reason:-health check failed}"
-echo "health-gate: drained $NODE_NAME: ${reason:-health check failed}" >&2
+if ! out=$(scontrol update nodename="$NODE_NAME" state=drain reason="$REASON_PREFIX ${reason:-health check failed}" 2>&1); then
+  say "could not drain $NODE_NAME ($reason): $out"
+  exit 1
+fi
+say "drained $NODE_NAME: ${reason:-health check failed}"
 '''
 
 
@@ -490,7 +504,7 @@ def node_setup_script(c: SlurmCluster) -> str:
     o = ops(c.cloud)
     return _script("GPU node: join the Slurm cluster", {
         "BIN": c.paths.bin, "NODE_NAME_FILE": c.paths.node_name_file,
-        "STATUS_FILE": c.paths.health_status_file, "SLURMD_DEFAULTS": "/etc/default/slurmd",
+        "STATUS_FILE": c.paths.health_status_file, "SLURMD_DEFAULTS": f"{c.paths.etc_default}/slurmd",
         "CONF_SERVER": f"{c.head_address}:{SLURMCTLD_PORT}", "JOBS_OUTPUT": c.jobs_output_dir,
     }, _NODE_SETUP_BODY, [shell.command(cmd) for cmd in o.cli_setup])
 
