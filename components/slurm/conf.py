@@ -254,3 +254,13 @@ def slurmd_options(c: SlurmCluster, node_name_var: str = "NODE_NAME") -> str:
     """SLURMD_OPTIONS for /etc/default/slurmd (read by the packaged slurmd.service): configless
     from the head node, under the node's stable name (slurmd -N)."""
     return f"--conf-server {c.head_address}:{SLURMCTLD_PORT} -N ${{{node_name_var}}}"
+
+
+def from_spec(cluster, head_address: str, munge_secret_id: str, **overrides) -> SlurmCluster:
+    """The SlurmCluster of a validated stack (components.spec.Cluster, every default filled in)."""
+    spec = cluster.spec
+    return SlurmCluster(
+        name=spec.name, cloud=spec.cloud, region=cluster.region, shape=cluster.shape, nodes=spec.nodes,
+        head_address=head_address, munge_secret_id=munge_secret_id, purchase=spec.purchase,
+        scratch=spec.storage.scratch in ("nvme", "disk"), lustre=spec.storage.lustre is not None,
+        data_disk=spec.storage.data_disk_gb > 0, **overrides)

@@ -246,7 +246,7 @@ if [ "$NVLINK" = 1 ]; then
     summary=$(printf '%s\n' "$links" | awk '
       /^GPU [0-9]+:/ { gpu = $2; sub(":", "", gpu); seen[gpu] = 1; n++ }
       /Link [0-9]+:/ { if ($0 ~ /inactive/) inactive[gpu]++; else if ($0 ~ /GB\/s/) active[gpu]++ }
-      END { for (g in seen) printf "%s %d %d\n", g, active[g] + 0, inactive[g] + 0; if (n == 0) print "none" }')
+      END { for (g in seen) printf "%s %d %d\n", g, active[g] + 0, inactive[g] + 0; if (n == 0) print "none" }' | sort -n)
     if [ "$summary" = none ]; then
       fail "nvidia-smi nvlink --status lists no GPU: NVLink expected on this shape"
     else
