@@ -369,7 +369,7 @@ class Harness:
         check(True, "health-gate resumed it at slurmd start once the check passed")
 
         # Spot interruption: a running batch job is requeued when the node is set DOWN.
-        rc, job, _ = self.sbatch("--wrap=sleep 600", wait=False)
+        rc, job, _ = self.sbatch("--wrap=sleep 600", f"--output={self.root}/wrap-%j.out", wait=False)
         check(rc == 0 and job.isdigit(), f"submitted a long batch job {job}")
         self.wait_for("the job to run", lambda: "JobState=RUNNING" in run(["scontrol", "show", "job", job], env=env).stdout)
         (self.state / "metadata/spot/instance-action").write_text('{"action": "terminate", "time": "2026-12-01T20:00:00Z"}')
