@@ -386,3 +386,4 @@ def test_spot_watch_sets_the_node_down_on_notice_only(node):
     (st / "metadata/spot/instance-action").write_text('{"action": "terminate"}')
     r = _run(root / "spot-watch", watch, env)
     assert "scontrol update nodename=llm-node-1 state=down reason=spot-interruption: " in (st / "scontrol.log").read_text()
+    assert "systemctl stop slurmd.service" in (st / "systemctl.log").read_text()  # cannot re-register

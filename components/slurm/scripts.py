@@ -461,6 +461,9 @@ while :; do
     # DOWN (not DRAIN): Slurm kills and requeues the node's batch jobs now (JobRequeue=1), while
     # the instance still has its notice period; ReturnToService=2 lets a replacement rejoin.
     scontrol update nodename="$NODE_NAME" state=down reason="$REASON_PREFIX $notice"
+    # Stop slurmd so this node cannot re-register (ReturnToService=2 would bring a responding
+    # node straight back) and take new jobs during the notice period.
+    systemctl stop slurmd.service
     exit 0
   fi
   polls=$((polls + 1))

@@ -33,6 +33,9 @@ printf 'provider: efa\n    fabric: efa\n    domain: rdmap0s0-rdm\n    type: FI_E
 ''',
     "systemctl": r'''#!/bin/bash
 echo "systemctl $*" >> "$STUB_STATE/systemctl.log"
+if [ "${1:-} ${2:-}" = "stop slurmd.service" ] && [ -s "$STUB_STATE/slurmd.pid" ]; then
+  kill "$(cat "$STUB_STATE/slurmd.pid")"
+fi
 if [ "${1:-}" = is-active ]; then
   [ "$(cat "$STUB_STATE/fabricmanager")" = active ]
 fi
