@@ -258,6 +258,9 @@ class BootConfig:
     """Scripts run last, in order (install and start the GPU agent, a driver, ...)."""
     commands: tuple[tuple[str, ...], ...] = field(default_factory=tuple)
     """Commands run after the steps, each an argv."""
+    hostname: Optional[str] = None
+    """Set the host name at every boot (cloud-init set_hostname; the Slurm head node must be
+    called what slurm.conf's SlurmctldHost says). None: leave the cloud's host name."""
 
 
 def _q(value: Optional[str]) -> str:
@@ -344,6 +347,8 @@ def render(boot: BootConfig) -> str:
     runcmd += [list(c) for c in boot.commands]
 
     doc: dict = {"package_update": bool(packages)}
+    if boot.hostname:
+        doc["hostname"] = boot.hostname
     if packages:
         doc["packages"] = sorted(set(packages))
     files = _files(boot)

@@ -1,0 +1,174 @@
+"""What the head node and every GPU node do at boot for Slurm, as components/cloudinit.py data.
+
+head_boot_config() is the head node's whole BootConfig. node_boot_parts() is what a GPU node adds
+to the BootConfig its cloud already builds (scratch, /lustre, /data, GPU agent): merge it with
+with_slurm(). Everything Slurm-related is written with `defer: true` (cloud-init's
+write_files_deferred runs after the package install): the packaged slurmctld/slurmd units start on
+install only when /etc/slurm/slurm.conf exists (ConditionPathExists), so deferring keeps them from
+starting before the state directory, the munge key and the health check are ready. The runcmd
+entries then start everything in order; on every later boot systemd does (units below).
+
+Nothing secret is in here: the munge key is fetched at boot from the secret named in the scripts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Optional
+
+from components.cloudinit import BootConfig, DataDisk, LustreMount
+from components.slurm import jobs, scripts
+from components.slurm.clouds import ops
+from components.slurm.conf import SlurmCluster, cgroup_conf, gres_conf, slurm_conf
+
+HEAD_PACKAGES = ("slurmctld", "slurm-client", "munge")
+NODE_PACKAGES = ("slurmd", "slurm-client", "munge", "fio")
+
+NODE_SETUP_UNIT = "gpu-cluster-node-setup.service"
+HEAD_SETUP_UNIT = "gpu-cluster-head-setup.service"
+SPOT_WATCH_UNIT = "gpu-cluster-spot-watch.service"
+SYSTEMD = "/etc/systemd/system"
+
+_SETUP_UNIT = """[Unit]
+Description={description} (gpu-cluster)
+Wants=network-online.target
+After=network-online.target munge.service
+Before={before}
+
+[Service]
+Type=oneshot
+ExecStart={exec}
+RemainAfterExit=yes
+TimeoutStartSec=3600
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+# Drop-in for the packaged slurmd.service: configless nodes have no /etc/slurm/slurm.conf, so the
+# unit's ConditionPathExists is reset (an empty assignment resets the list, systemd.unit(5)); and
+# slurmd waits for node-setup (identity, munge key, health result). Delegate=yes, which cgroup/v2
+# needs, is already in the packaged unit.
+_SLURMD_DROPIN = """[Unit]
+ConditionPathExists=
+Requires={setup}
+After={setup}
+"""
+_SLURMCTLD_DROPIN = """[Unit]
+Requires={setup}
+After={setup}
+"""
+_SPOT_UNIT = """[Unit]
+Description=Requeue Slurm jobs on a spot interruption notice (gpu-cluster)
+After=slurmd.service
+Requires=slurmd.service
+
+[Service]
+ExecStart={exec}
+Restart=on-failure
+RestartSec=5
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def _file(path: str, content: str, mode: str = "0644") -> dict:
+    return {"path": path, "permissions": mode, "owner": "root:root", "content": content, "defer": True}
+
+
+def _job_files(c: SlurmCluster) -> list[dict]:
+    return [_file(f"{c.paths.jobs}/{name}", body, "0755" if name.endswith(".sbatch") else "0644")
+            for name, body in jobs.jobs(c).items()]
+
+
+@dataclass(frozen=True)
+class BootParts:
+    """What Slurm adds to a node's BootConfig."""
+
+    packages: tuple[str, ...]
+    files: tuple[dict, ...]
+    commands: tuple[tuple[str, ...], ...]
+
+    def scripts(self) -> dict[str, str]:
+        """Every generated shell script, by path (for shellcheck / bash -n)."""
+        return {f["path"]: f["content"] for f in self.files
+                if f["content"].startswith("#!/bin/bash")}
+
+
+def node_boot_parts(c: SlurmCluster, node_index: Optional[int] = None) -> BootParts:
+    """A GPU node's Slurm boot: scripts, jobs, systemd units, packages and start commands.
+    node_index: None when all nodes share one user data (AWS launch template: the index comes
+    from the gpu-cluster:node tag); the node's index when each node has its own (Tencent)."""
+    o, b = ops(c.cloud), c.paths.bin
+    files = [
+        _file(f"{b}/node-identity", scripts.node_identity_script(c, node_index), "0755"),
+        _file(f"{b}/munge-key", scripts.munge_key_script(c, "node"), "0755"),
+        _file(f"{b}/node-health", scripts.node_health_script(c), "0755"),
+        _file(f"{b}/health-gate", scripts.health_gate_script(c), "0755"),
+        _file(f"{b}/spot-watch", scripts.spot_watch_script(c), "0755"),
+        _file(f"{b}/node-setup", scripts.node_setup_script(c), "0755"),
+        _file(f"{SYSTEMD}/{NODE_SETUP_UNIT}", _SETUP_UNIT.format(
+            description="Join the Slurm cluster", before="slurmd.service", exec=f"{b}/node-setup")),
+        _file(f"{SYSTEMD}/slurmd.service.d/gpu-cluster.conf", _SLURMD_DROPIN.format(setup=NODE_SETUP_UNIT)),
+        _file(f"{SYSTEMD}/{SPOT_WATCH_UNIT}", _SPOT_UNIT.format(exec=f"{b}/spot-watch")),
+        *_job_files(c),
+    ]
+    commands = (("systemctl", "daemon-reload"),
+                ("systemctl", "enable", "--now", NODE_SETUP_UNIT),
+                ("systemctl", "enable", "--now", "slurmd.service"),
+                ("systemctl", "enable", "--now", SPOT_WATCH_UNIT))
+    return BootParts(packages=NODE_PACKAGES + o.node_packages, files=tuple(files), commands=commands)
+
+
+def with_slurm(boot: BootConfig, parts: BootParts) -> BootConfig:
+    """`boot` plus the Slurm parts: packages and files added, Slurm's commands run after the
+    node's own (mounts and agents first, so the health check finds them)."""
+    return dataclasses.replace(boot, packages=tuple(boot.packages) + parts.packages,
+                               files=tuple(boot.files) + parts.files,
+                               commands=tuple(boot.commands) + parts.commands)
+
+
+def head_files(c: SlurmCluster) -> tuple[dict, ...]:
+    b, etc = c.paths.bin, c.paths.slurm_etc
+    return (
+        _file(f"{etc}/slurm.conf", slurm_conf(c)),
+        _file(f"{etc}/gres.conf", gres_conf(c)),
+        _file(f"{etc}/cgroup.conf", cgroup_conf(c)),
+        _file(f"{b}/munge-key", scripts.munge_key_script(c, "head"), "0755"),
+        _file(f"{b}/head-setup", scripts.head_setup_script(c), "0755"),
+        _file(f"{SYSTEMD}/{HEAD_SETUP_UNIT}", _SETUP_UNIT.format(
+            description="Prepare slurmctld", before="slurmctld.service", exec=f"{b}/head-setup")),
+        _file(f"{SYSTEMD}/slurmctld.service.d/gpu-cluster.conf", _SLURMCTLD_DROPIN.format(setup=HEAD_SETUP_UNIT)),
+        *_job_files(c),
+    )
+
+
+def head_boot_config(c: SlurmCluster, *, lustre: Optional[LustreMount] = None, data_disk: Optional[DataDisk] = None,
+                     disk_model: Optional[str] = None) -> BootConfig:
+    """The head node's whole BootConfig: its host name (= SlurmctldHost's name), /lustre when the
+    cluster has one, the persistent data disk at /data holding slurmctld's state, slurmctld.
+    `data_disk` (how the boot finds it: cloudinit.DataDisk) is required when state_dir is under /data
+    (the default); `lustre` carries the cloud's mount source and client install."""
+    if c.state_dir.startswith(c.paths.data + "/") and data_disk is None:
+        raise ValueError(f"slurmctld state {c.state_dir} is on /data: give the head node a data disk")
+    if c.lustre and lustre is None:
+        raise ValueError("the cluster has /lustre: pass its mount (lustre)")
+    return BootConfig(
+        nvme_devices=0, nvme_model=None, scratch="none", disk_model=disk_model,
+        lustre=lustre, data_disk=data_disk,
+        packages=HEAD_PACKAGES + ops(c.cloud).head_packages,
+        files=head_files(c),
+        commands=(("systemctl", "daemon-reload"),
+                  ("systemctl", "enable", "--now", HEAD_SETUP_UNIT),
+                  ("systemctl", "enable", "--now", "slurmctld.service")),
+        hostname=c.head_name,
+    )
+
+
+def all_scripts(c: SlurmCluster, node_index: Optional[int] = None) -> dict[str, str]:
+    """Every generated bash script (head and node, jobs included), by a unique label."""
+    out = {f"node:{p}": s for p, s in node_boot_parts(c, node_index).scripts().items()}
+    out.update({f"head:{f['path']}": f["content"] for f in head_files(c) if f["content"].startswith("#!/bin/bash")})
+    return out

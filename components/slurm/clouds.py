@@ -1,0 +1,132 @@
+"""Everything the Slurm boot scripts do differently per cloud, as data.
+
+Command lines are token tuples (components.slurm.shell): `$NAME` tokens are variables the
+generic script defines, everything else is a literal word. The generic scripts
+(components.slurm.scripts) never branch on the cloud; they call the commands chosen here.
+
+Variables the generic scripts provide to these commands:
+  REGION, SECRET_ID, SECRET_VERSION      the secret store (version: Tencent only)
+  SECRET_VALUE_INPUT                     file://<0600 file holding the base64 munge key>
+  SECRET_JSON_INPUT                      file://<0600 JSON {SecretName, VersionId, SecretString}>
+  METRIC_NAMESPACE, METRIC_NAME, METRIC_VALUE, METRIC_DIMENSIONS, METRIC_JSON, INSTANCE_ID
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from components.catalog import Cloud
+
+TCCLI = "/opt/gpu-cluster/tccli/bin/tccli"
+"""Tencent's CLI in its own virtualenv (pip refuses system-wide installs on Ubuntu 24.04, PEP 668)."""
+
+# IMDSv2 (a session token first) for AWS; Tencent's metadata service takes plain GETs. Both print
+# the item and fail (curl -f) on HTTP 404, which is how "no spot notice yet" is told apart.
+# AWS: docs.aws.amazon.com/AWSEC2/latest/UserGuide/instancedata-data-retrieval.html (IMDSv2);
+# Tencent: intl.cloud.tencent.com/document/product/213/4934.
+_AWS_METADATA = r'''metadata_get() {
+  local token
+  token=$(curl -fsS -m 5 -X PUT "http://169.254.169.254/latest/api/token" \
+    -H "X-aws-ec2-metadata-token-ttl-seconds: 300") || return 1
+  curl -fsS -m 5 -H "X-aws-ec2-metadata-token: ${token}" "http://169.254.169.254/latest/meta-data/$1"
+}'''
+_TENCENT_METADATA = r'''metadata_get() {
+  curl -fsS -m 5 "http://metadata.tencentyun.com/latest/meta-data/$1"
+}'''
+
+
+@dataclass(frozen=True)
+class CloudOps:
+    cloud: Cloud
+    metadata_function: str
+    """Bash function `metadata_get <path>`: prints an instance-metadata item, fails on 404."""
+    node_index_path: str | None
+    """Metadata path holding the node's index, when every node shares one user data (AWS launch
+    template: the `gpu-cluster:node` tag, readable once instance_metadata_tags is enabled —
+    EC2 User Guide "Work with instance tags in instance metadata"). None: the index is written
+    into each node's own user data (Tencent creates one instance resource per node)."""
+    spot_notice_path: str
+    """Metadata item present (HTTP 200) only once the spot instance is being reclaimed.
+    AWS: spot/instance-action ("If Amazon EC2 is not preparing to stop or terminate the instance
+    ... you receive an HTTP 404", EC2 User Guide spot-instance-termination-notices);
+    Tencent: spot/termination-time ("If the error code 404 is returned, the instance is not a spot
+    instance or it's not terminated", intl.cloud.tencent.com/document/product/213/32487)."""
+    secret_get: tuple[str, ...]
+    secret_extract: tuple[str, ...]
+    """Filter turning secret_get's stdout into the stored string."""
+    secret_missing: str
+    """Text in secret_get's error output that means "the secret has no value yet" (and only that:
+    any other failure is an error, never a reason to make a new key)."""
+    secret_put: tuple[str, ...]
+    metric_put: tuple[str, ...]
+    head_packages: tuple[str, ...] = ()
+    node_packages: tuple[str, ...] = ()
+    cli_setup: tuple[tuple[str, ...], ...] = ()
+    """Commands that install the cloud CLI, run before anything needs it (idempotent)."""
+    unconfirmed: tuple[str, ...] = field(default=())
+
+
+AWS = CloudOps(
+    cloud="aws",
+    metadata_function=_AWS_METADATA,
+    node_index_path="tags/instance/gpu-cluster:node",
+    spot_notice_path="spot/instance-action",
+    # Secrets Manager: the munge key is stored base64 in SecretString, like ParallelCluster's
+    # update_munge_key.sh (aws/aws-parallelcluster-cookbook @ f75d84c3). A secret created without a
+    # value answers get-secret-value with ResourceNotFoundException.
+    secret_get=("aws", "secretsmanager", "get-secret-value", "--region", "$REGION",
+                "--secret-id", "$SECRET_ID", "--query", "SecretString", "--output", "text"),
+    secret_extract=("cat",),
+    secret_missing="ResourceNotFoundException",
+    # file:// keeps the key off the command line (/proc/<pid>/cmdline is world-readable).
+    secret_put=("aws", "secretsmanager", "put-secret-value", "--region", "$REGION",
+                "--secret-id", "$SECRET_ID", "--secret-string", "$SECRET_VALUE_INPUT"),
+    # CloudWatch custom metric; InstanceId as a dimension so an alarm can act on the instance.
+    metric_put=("aws", "cloudwatch", "put-metric-data", "--region", "$REGION",
+                "--namespace", "$METRIC_NAMESPACE", "--metric-name", "$METRIC_NAME",
+                "--unit", "Count", "--value", "$METRIC_VALUE", "--dimensions", "$METRIC_DIMENSIONS"),
+    # The DLAMI ships AWS CLI v1 (pip awscli, DLAMI release notes); a plain Ubuntu 22.04 head node
+    # gets Ubuntu's awscli package (v1). Ubuntu 24.04 has no awscli package: unconfirmed there.
+    head_packages=("awscli",),
+    node_packages=(),
+    unconfirmed=("head_packages on Ubuntu 24.04",),
+)
+
+TENCENTCLOUD = CloudOps(
+    cloud="tencentcloud",
+    metadata_function=_TENCENT_METADATA,
+    node_index_path=None,
+    spot_notice_path="spot/termination-time",
+    # SSM GetSecretValue needs SecretName and VersionId (API 2019-09-23,
+    # tencentcloud.com/document/product/1078/38649); credentials from the instance's CAM role
+    # (`--use-cvm-role`, TCCLI credential docs cloud.tencent.com/document/product/440/96291).
+    secret_get=(TCCLI, "ssm", "GetSecretValue", "--region", "$REGION", "--use-cvm-role",
+                "--SecretName", "$SECRET_ID", "--VersionId", "$SECRET_VERSION"),
+    secret_extract=("python3", "-c", "import json,sys; print(json.load(sys.stdin)['SecretString'])"),
+    secret_missing="ResourceNotFound",
+    # PutSecretValue adds a version (SecretName, VersionId, SecretString; product/1078/38645). The
+    # request comes from a 0600 JSON file so the key never sits on a command line.
+    secret_put=(TCCLI, "ssm", "PutSecretValue", "--region", "$REGION", "--use-cvm-role",
+                "--cli-input-json", "$SECRET_JSON_INPUT"),
+    # Cloud Monitor PutMonitorData (API 2018-07-24): Tencent marks it "will be disused soon" and its
+    # console feature deactivated (tencentcloud.com/document/api/248/35974): unconfirmed that the
+    # metric can still be alarmed on.
+    metric_put=(TCCLI, "monitor", "PutMonitorData", "--region", "$REGION", "--use-cvm-role",
+                "--Metrics", "$METRIC_JSON", "--AnnounceInstance", "$INSTANCE_ID"),
+    head_packages=("python3-venv",),
+    node_packages=("python3-venv",),
+    cli_setup=(
+        ("bash", "-c", "test -x /opt/gpu-cluster/tccli/bin/tccli || "
+                       "{ python3 -m venv /opt/gpu-cluster/tccli && /opt/gpu-cluster/tccli/bin/pip install --quiet tccli; }"),
+    ),
+    unconfirmed=("secret_missing error code", "--cli-input-json on PutSecretValue", "metric_put (deprecated API)"),
+)
+
+CLOUD_OPS: dict[str, CloudOps] = {"aws": AWS, "tencentcloud": TENCENTCLOUD}
+
+
+def ops(cloud: Cloud) -> CloudOps:
+    try:
+        return CLOUD_OPS[cloud]
+    except KeyError:
+        raise ValueError(f"no Slurm boot commands for cloud {cloud!r}; expected one of {sorted(CLOUD_OPS)}") from None

@@ -1,0 +1,266 @@
+"""The cluster's Slurm configuration files as data: slurm.conf, gres.conf and cgroup.conf.
+
+One head node runs slurmctld; every GPU node runs slurmd in "configless" mode and fetches these
+files from it (SlurmctldParameters=enable_configless; slurmd --conf-server), so the GPU nodes'
+user data carries only the head node's address and the munge secret's name.
+
+Node addressing. GPU nodes are declared State=CLOUD with no NodeAddr: "when a cloud node
+registers, the node's NodeAddr and NodeHostName will automatically be set" (cloud_reg_addrs), and
+Slurm hands every job step the addresses of its nodes, so no node needs DNS or another node's IP
+(slurm.conf(5), cloud_dns / cloud_reg_addrs). TreeWidth=65533 makes slurmctld talk to each slurmd
+directly instead of through peers whose addresses they would have to resolve (as
+ParallelCluster's slurm.conf does without DNS; aws/aws-parallelcluster-cookbook @ f75d84c3
+templates/default/slurm/slurm.conf.erb). Only the head node's address must be known in advance:
+it is `head_address`, an IP or a name every GPU node resolves.
+
+Every key below is documented in slurm.conf(5) / gres.conf(5) / cgroup.conf(5) of Slurm 22.05.8
+(Debian bookworm slurm-wlm 22.05.8-4+deb12u3), the version the local harness runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from components.catalog import Cloud, Shape
+from components.spec import Purchase, node_is_spot
+
+SLURMCTLD_PORT = 6817
+SLURMD_PORT = 6818
+SLURM_USER = "slurm"
+"""Debian's and Ubuntu's packages create it with the fixed uid 64030 (slurm-wlm-basic-plugins
+preinst: `adduser --system --group --uid 64030 ... slurm`), so it is the same user on every node."""
+DEFAULT_STATE_DIR = "/data/slurm/state"
+"""slurmctld's StateSaveLocation: on the head node's persistent (snapshotted) data disk."""
+HEALTH_CHECK_INTERVAL_S = 300
+
+
+@dataclass(frozen=True)
+class Paths:
+    """Where things live on a node. The defaults are the real ones; the local harness roots them
+    in a temporary directory (Paths.rooted) and changes nothing else."""
+
+    prefix: str = "/opt/gpu-cluster"
+    """bin/ (our scripts) and jobs/ (the shipped sbatch jobs)."""
+    etc: str = "/etc/gpu-cluster"
+    state: str = "/var/lib/gpu-cluster"
+    slurm_etc: str = "/etc/slurm"
+    etc_default: str = "/etc/default"
+    """/etc/default/slurmd holds SLURMD_OPTIONS for the packaged slurmd.service."""
+    munge_key: str = "/etc/munge/munge.key"
+    infiniband_sysfs: str = "/sys/class/infiniband"
+    scratch: str = "/scratch"
+    lustre: str = "/lustre"
+    data: str = "/data"
+
+    def rooted(self, root: str) -> "Paths":
+        return Paths(**{k: root.rstrip("/") + v for k, v in self.__dict__.items()})
+
+    @property
+    def bin(self) -> str:
+        return f"{self.prefix}/bin"
+
+    @property
+    def jobs(self) -> str:
+        return f"{self.prefix}/jobs"
+
+    @property
+    def node_name_file(self) -> str:
+        return f"{self.etc}/node-name"
+
+    @property
+    def health_status_file(self) -> str:
+        return f"{self.state}/health"
+
+
+@dataclass(frozen=True)
+class SlurmCluster:
+    """Everything the Slurm generators need about one cluster (the API's one input object)."""
+
+    name: str
+    """The cluster name (spec `name`): ClusterName, the partition, and every node name's prefix."""
+    cloud: Cloud
+    region: str
+    shape: Shape
+    """The catalogued GPU shape: gres type and count, CPUs, expected hardware."""
+    nodes: int
+    head_address: str
+    """The head node's private IP or a DNS name every GPU node resolves (SlurmctldHost address)."""
+    munge_secret_id: str
+    """AWS: the Secrets Manager secret's ARN or name. Tencent: the SSM secret's name."""
+    purchase: Purchase = "on_demand"
+    scratch: bool = False
+    """/scratch is mounted on the GPU nodes (spec storage.scratch is nvme or disk)."""
+    lustre: bool = False
+    """/lustre is mounted on the head and GPU nodes: shared home and job directories live there."""
+    data_disk: bool = False
+    """/data (a persistent data disk) is mounted on the GPU nodes."""
+    state_dir: str = DEFAULT_STATE_DIR
+    munge_secret_version: str = "munge-key-v1"
+    """Tencent SSM version id of the key (SSM reads need one); unused on AWS."""
+    metric_namespace: str = "GpuCluster"
+    metric_name: str = "NodeHealthy"
+    paths: Paths = field(default_factory=Paths)
+
+    def __post_init__(self) -> None:
+        if self.nodes < 1:
+            raise ValueError(f"a Slurm cluster needs at least one GPU node, got {self.nodes}")
+        if self.shape.cloud != self.cloud:
+            raise ValueError(f"shape {self.shape.type} is a {self.shape.cloud} shape, not {self.cloud}")
+        if not self.head_address or any(c.isspace() or c in "(),=" for c in self.head_address):
+            raise ValueError(f"head_address must be an IP or host name, got {self.head_address!r}")
+
+    @property
+    def head_name(self) -> str:
+        return f"{self.name}-head"
+
+    def node_name(self, index: int) -> str:
+        return f"{self.name}-node-{index}"
+
+    @property
+    def node_names(self) -> list[str]:
+        return [self.node_name(i) for i in range(self.nodes)]
+
+    @property
+    def node_hostlist(self) -> str:
+        """All GPU nodes as a Slurm hostlist expression, e.g. llm-node-[0-3]."""
+        return hostlist(self.name + "-node-", range(self.nodes))
+
+    @property
+    def gres_type(self) -> str:
+        """The gres type: the catalog's GPU model in lower case (h100, a100, t4, ...)."""
+        return self.shape.gpu.lower()
+
+    @property
+    def gres(self) -> str:
+        return f"gpu:{self.gres_type}:{self.shape.gpu_count}"
+
+    @property
+    def total_gpus(self) -> int:
+        return self.nodes * self.shape.gpu_count
+
+    @property
+    def spot_indices(self) -> tuple[int, ...]:
+        return tuple(i for i in range(self.nodes) if node_is_spot(self.purchase, i))
+
+    @property
+    def jobs_output_dir(self) -> str:
+        """Where the shipped jobs write their output: shared on /lustre, else local to the batch node."""
+        return f"{self.paths.lustre}/jobs" if self.lustre else f"{self.paths.state}/jobs"
+
+    @property
+    def shared_dirs(self) -> tuple[str, ...]:
+        """Directories created on the parallel file system by the head node (mode 1777)."""
+        return (f"{self.paths.lustre}/home", f"{self.paths.lustre}/jobs") if self.lustre else ()
+
+
+def hostlist(prefix: str, indices) -> str:
+    """Slurm hostlist of prefix+index for consecutive runs, e.g. c-node-[0-2,5]."""
+    idx = sorted(set(indices))
+    if not idx:
+        raise ValueError("empty host list")
+    runs: list[str] = []
+    start = prev = idx[0]
+    for i in idx[1:] + [None]:
+        if i is not None and i == prev + 1:
+            prev = i
+            continue
+        runs.append(f"{start}" if start == prev else f"{start}-{prev}")
+        if i is not None:
+            start = prev = i
+    return f"{prefix}[{','.join(runs)}]"
+
+
+def _lines(pairs: list[tuple[str, object]]) -> str:
+    return "".join(f"{k}={v}\n" for k, v in pairs)
+
+
+def slurm_conf(c: SlurmCluster) -> str:
+    """/etc/slurm/slurm.conf on the head node (served to every GPU node by configless slurmctld)."""
+    head = [
+        ("ClusterName", c.name),
+        ("SlurmctldHost", f"{c.head_name}({c.head_address})"),
+        ("SlurmUser", SLURM_USER),
+        ("SlurmctldPort", SLURMCTLD_PORT),
+        ("SlurmdPort", SLURMD_PORT),
+        ("AuthType", "auth/munge"),
+        ("CredType", "cred/munge"),
+        ("StateSaveLocation", c.state_dir),
+        ("SlurmdSpoolDir", "/var/spool/slurmd"),
+        # The Debian/Ubuntu units expect these PID files (PIDFile= in slurmctld/slurmd.service).
+        ("SlurmctldPidFile", "/run/slurmctld.pid"),
+        ("SlurmdPidFile", "/run/slurmd.pid"),
+        ("SlurmctldLogFile", "/var/log/slurm/slurmctld.log"),
+        ("SlurmdLogFile", "/var/log/slurm/slurmd.log"),
+        ("SlurmctldParameters", "enable_configless,cloud_reg_addrs"),
+        ("TreeWidth", 65533),
+        # Without it, CLOUD nodes that have not registered yet are hidden from scontrol and sinfo
+        # "even for SlurmUser and root" — and the health gate must drain a node before it registers.
+        ("PrivateData", "cloud"),
+        ("ProctrackType", "proctrack/cgroup"),
+        ("TaskPlugin", "task/cgroup,task/affinity"),
+        ("SelectType", "select/cons_tres"),
+        ("SelectTypeParameters", "CR_Core"),
+        ("GresTypes", "gpu"),
+        ("MpiDefault", "none"),
+        # RDMA/EFA registers large pinned buffers: keep slurmd's unlimited MEMLOCK (the Debian unit
+        # sets LimitMEMLOCK=infinity) instead of the submitting shell's.
+        ("PropagateResourceLimitsExcept", "MEMLOCK"),
+        # Batch jobs are requeued when their node fails or is set DOWN (a spot interruption).
+        ("JobRequeue", 1),
+        # A DOWN node (e.g. a replaced spot node) returns to service when its slurmd registers
+        # with a valid configuration; a DRAINED node (failed health check) stays drained.
+        ("ReturnToService", 2),
+        ("SlurmdTimeout", 300),
+        ("HealthCheckProgram", f"{c.paths.bin}/health-gate"),
+        ("HealthCheckInterval", HEALTH_CHECK_INTERVAL_S),
+        ("HealthCheckNodeState", "ANY"),
+    ]
+    out = ["# Written by gpu-cluster (components/slurm). Served to the GPU nodes by configless slurmctld.\n",
+           _lines(head)]
+    spot = set(c.spot_indices)
+    for market in ("ondemand", "spot"):
+        idx = [i for i in range(c.nodes) if (i in spot) == (market == "spot")]
+        if not idx:
+            continue
+        out.append(_lines([
+            ("NodeName", f"{hostlist(c.name + '-node-', idx)} CPUs={c.shape.vcpu} Gres={c.gres} "
+                         f"State=CLOUD Features={c.shape.type},{market}"),
+        ]))
+    out.append(_lines([
+        ("PartitionName", f"{c.name} Nodes={c.node_hostlist} Default=YES MaxTime=INFINITE State=UP"),
+    ]))
+    return "".join(out)
+
+
+def gres_conf(c: SlurmCluster) -> str:
+    """gres.conf: the shape's GPUs by device file (/dev/nvidia<i>, one per GPU). Written out rather
+    than AutoDetect=nvml: Debian's and Ubuntu's Slurm packages are built without NVML."""
+    last = c.shape.gpu_count - 1
+    files = "/dev/nvidia0" if last == 0 else f"/dev/nvidia[0-{last}]"
+    return ("# Written by gpu-cluster (components/slurm).\n"
+            f"NodeName={c.node_hostlist} Name=gpu Type={c.gres_type} File={files}\n")
+
+
+def cgroup_conf(c: SlurmCluster) -> str:
+    """cgroup.conf: cgroup v2 (the unified hierarchy Ubuntu 22.04+ boots with), jobs confined to
+    their cores and to the GPUs they were allocated (ConstrainDevices: "constrain the job's allowed
+    devices based on GRES allocated resources")."""
+    return ("# Written by gpu-cluster (components/slurm).\n"
+            + _lines([("CgroupPlugin", "cgroup/v2"), ("ConstrainCores", "yes"),
+                      ("ConstrainDevices", "yes"), ("ConstrainRAMSpace", "no")]))
+
+
+def slurmd_options(c: SlurmCluster, node_name_var: str = "NODE_NAME") -> str:
+    """SLURMD_OPTIONS for /etc/default/slurmd (read by the packaged slurmd.service): configless
+    from the head node, under the node's stable name (slurmd -N)."""
+    return f"--conf-server {c.head_address}:{SLURMCTLD_PORT} -N ${{{node_name_var}}}"
+
+
+def from_spec(cluster, head_address: str, munge_secret_id: str, **overrides) -> SlurmCluster:
+    """The SlurmCluster of a validated stack (components.spec.Cluster, every default filled in)."""
+    spec = cluster.spec
+    return SlurmCluster(
+        name=spec.name, cloud=spec.cloud, region=cluster.region, shape=cluster.shape, nodes=spec.nodes,
+        head_address=head_address, munge_secret_id=munge_secret_id, purchase=spec.purchase,
+        scratch=spec.storage.scratch in ("nvme", "disk"), lustre=spec.storage.lustre is not None,
+        data_disk=spec.storage.data_disk_gb > 0, **overrides)

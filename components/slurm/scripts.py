@@ -1,0 +1,546 @@
+"""The bash scripts a head node and a GPU node run, generated from data.
+
+Every script starts with `set -euo pipefail`, a block of `NAME='value'` assignments (the only
+place a generated value appears, each one shlex-quoted) and cloud commands rendered from token
+tuples (components.slurm.shell, components.slurm.clouds). The bodies below are fixed text: they
+read those variables and never have values pasted into them. Each script is idempotent (safe on
+every boot) and reports a failure with a message naming what it expected and what it found.
+
+Scripts (installed under Paths.bin):
+  node-identity  GPU node: work out <cluster>-node-<i> and write it to Paths.node_name_file.
+  munge-key      head: read the munge key from the secret store, or make it and store it when the
+                 secret has no value yet; GPU node: wait for the key to appear. Installs it as
+                 /etc/munge/munge.key (munge:munge 0400) and restarts munge.
+  node-health    GPU node: GPUs, NVLink, fabric manager, EFA/RDMA, mounts, random reads; writes
+                 PASS/FAIL to Paths.health_status_file and publishes the metric. --drain also
+                 applies the result to Slurm at once (health-gate).
+  health-gate    GPU node, slurmd's HealthCheckProgram (run before slurmd registers and every
+                 HealthCheckInterval): drains the node with the failure as the reason, or resumes
+                 it when the last check passed and the drain was ours.
+  spot-watch     GPU node: polls the cloud's spot-interruption notice; on notice sets the node DOWN
+                 so Slurm requeues its batch jobs (JobRequeue=1) before the instance goes away.
+  node-setup     GPU node boot: identity, munge key, health check, slurmd options.
+  head-setup     head node boot: state and shared directories, munge key.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from components.slurm import shell
+from components.slurm.clouds import CloudOps, ops
+from components.slurm.conf import SLURMCTLD_PORT, SlurmCluster
+from components.slurm.fabric import fabric, fio_settings, gpu_mem_min_fraction
+
+HEALTH_REASON_PREFIX = "gpu-cluster-health:"
+SPOT_REASON_PREFIX = "spot-interruption:"
+MUNGE_WAIT_S = 1800
+MOUNT_WAIT_S = 600
+DEFAULT_MUNGE_RESTART = ("systemctl", "restart", "munge")
+
+
+def _script(title: str, values: dict, body: str, functions: Sequence[str] = ()) -> str:
+    parts = ["#!/bin/bash", f"# {title} (written by gpu-cluster).", "set -euo pipefail",
+             shell.assignments(values) if values else ""]
+    parts += list(functions)
+    parts.append(body.strip("\n"))
+    return "\n".join(p for p in parts if p) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+_IDENTITY_BODY = r'''
+if [ -z "$NODE_INDEX" ]; then
+  if [ -z "$INDEX_PATH" ]; then
+    echo "node-identity: no node index was written into this node's user data" >&2
+    exit 1
+  fi
+  for _ in $(seq 1 30); do
+    NODE_INDEX=$(metadata_get "$INDEX_PATH") && break
+    NODE_INDEX=""
+    sleep 2
+  done
+fi
+case "$NODE_INDEX" in
+  ''|*[!0-9]*)
+    echo "node-identity: expected a node index (0-$((NODES - 1))) from metadata '$INDEX_PATH', got '$NODE_INDEX'" >&2
+    exit 1 ;;
+esac
+if [ "$NODE_INDEX" -ge "$NODES" ]; then
+  echo "node-identity: node index $NODE_INDEX is outside this cluster's $NODES nodes" >&2
+  exit 1
+fi
+name="${CLUSTER_NAME}-node-${NODE_INDEX}"
+mkdir -p "$(dirname "$NAME_FILE")"
+printf '%s\n' "$name" > "$NAME_FILE.tmp"
+mv "$NAME_FILE.tmp" "$NAME_FILE"
+echo "$name"
+'''
+
+
+def node_identity_script(c: SlurmCluster, node_index: int | None = None) -> str:
+    """Works out the node's Slurm name. `node_index` is written in when the node's own user data
+    carries it (Tencent); otherwise it is read from metadata (AWS: the gpu-cluster:node tag)."""
+    o = ops(c.cloud)
+    if node_index is None and o.node_index_path is None:
+        raise ValueError(f"{c.cloud} nodes do not share user data: pass node_index for each node")
+    if node_index is not None and not 0 <= node_index < c.nodes:
+        raise ValueError(f"node_index {node_index} outside 0..{c.nodes - 1}")
+    return _script("Work out this GPU node's Slurm name", {
+        "CLUSTER_NAME": c.name, "NODES": c.nodes,
+        "NODE_INDEX": "" if node_index is None else node_index,
+        "INDEX_PATH": o.node_index_path or "", "NAME_FILE": c.paths.node_name_file,
+    }, _IDENTITY_BODY, [o.metadata_function])
+
+
+# ---------------------------------------------------------------------------------------------
+_MUNGE_BODY = r'''
+umask 077
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+# Both request forms; the cloud's secret_put reads the one it needs.
+export SECRET_VALUE_INPUT="file://$work/value"
+export SECRET_JSON_INPUT="file://$work/request.json"
+
+# Prints the stored base64 key. Returns 3 when the secret has no value yet, 1 on any other error.
+fetch() {
+  local out rc=0
+  out=$(secret_get 2>"$work/err") || rc=$?
+  if [ "$rc" -ne 0 ]; then
+    if grep -q -- "$SECRET_MISSING" "$work/err"; then
+      return 3
+    fi
+    echo "munge-key: reading secret $SECRET_ID failed (exit $rc): $(head -c 2000 "$work/err")" >&2
+    return 1
+  fi
+  printf '%s' "$out" | secret_extract
+}
+
+store_new_key() {
+  dd if=/dev/urandom bs=1024 count=1 2>/dev/null | base64 -w0 > "$work/value"
+  python3 - "$SECRET_ID" "$SECRET_VERSION" "$work/value" "$work/request.json" <<'PY'
+import json, sys
+name, version, value_file, out = sys.argv[1:5]
+with open(value_file) as f:
+    value = f.read()
+with open(out, "w") as f:
+    json.dump({"SecretName": name, "VersionId": version, "SecretString": value}, f)
+PY
+  if ! secret_put > "$work/put.out" 2>&1; then
+    echo "munge-key: storing a new key in secret $SECRET_ID failed: $(head -c 2000 "$work/put.out")" >&2
+    return 1
+  fi
+  echo "munge-key: generated a new munge key and stored it in secret $SECRET_ID"
+}
+
+rc=0
+key=$(fetch) || rc=$?
+if [ "$rc" -eq 3 ] && [ "$MODE" = head ]; then
+  store_new_key
+  rc=0
+  # Read back what the store holds, so every node uses the same stored value.
+  key=$(fetch) || rc=$?
+fi
+if [ "$rc" -eq 3 ]; then
+  echo "munge-key: secret $SECRET_ID has no value yet; waiting up to ${WAIT_S}s for the head node to store it"
+  deadline=$((SECONDS + WAIT_S))
+  while [ "$rc" -eq 3 ] && [ "$SECONDS" -lt "$deadline" ]; do
+    sleep "$POLL_S"
+    rc=0
+    key=$(fetch) || rc=$?
+  done
+fi
+if [ "$rc" -eq 3 ]; then
+  echo "munge-key: secret $SECRET_ID still has no value after ${WAIT_S}s" >&2
+  exit 1
+fi
+[ "$rc" -eq 0 ] || exit 1
+
+if ! printf '%s' "$key" | base64 -d > "$work/key" 2>/dev/null; then
+  echo "munge-key: the value of secret $SECRET_ID is not base64" >&2
+  exit 1
+fi
+size=$(stat -c %s "$work/key")
+if [ "$size" -lt 32 ] || [ "$size" -gt 1024 ]; then
+  echo "munge-key: the key in secret $SECRET_ID is $size bytes; munge needs 32-1024" >&2
+  exit 1
+fi
+key_dir=$(dirname "$KEY_FILE")
+if [ ! -d "$key_dir" ]; then
+  install -d -o "$MUNGE_USER" -g "$MUNGE_USER" -m 0700 "$key_dir"
+fi
+if [ -f "$KEY_FILE" ] && cmp -s "$work/key" "$KEY_FILE"; then
+  echo "munge-key: $KEY_FILE already holds the stored key"
+else
+  install -o "$MUNGE_USER" -g "$MUNGE_USER" -m 0400 "$work/key" "$KEY_FILE"
+  echo "munge-key: installed the key from secret $SECRET_ID at $KEY_FILE"
+fi
+restart_munge
+'''
+
+
+def munge_key_script(c: SlurmCluster, mode: str, restart: Sequence[str] = DEFAULT_MUNGE_RESTART,
+                     wait_s: int = MUNGE_WAIT_S, poll_s: int = 10, key_owner: str = "munge") -> str:
+    """The munge key, from the cloud's secret store. mode "head": make and store it when the
+    secret has no value yet; mode "node": wait for it. Only the secret's name is in the script."""
+    if mode not in ("head", "node"):
+        raise ValueError(f"mode must be head or node, got {mode!r}")
+    o = ops(c.cloud)
+    return _script(f"Install the cluster's munge key ({mode})", {
+        "MODE": mode, "REGION": c.region, "SECRET_ID": c.munge_secret_id,
+        "SECRET_VERSION": c.munge_secret_version, "SECRET_MISSING": o.secret_missing,
+        "KEY_FILE": c.paths.munge_key, "MUNGE_USER": key_owner, "WAIT_S": wait_s, "POLL_S": poll_s,
+    }, _MUNGE_BODY, [shell.function("secret_get", o.secret_get),
+                     shell.function("secret_extract", o.secret_extract),
+                     shell.function("secret_put", o.secret_put),
+                     shell.function("restart_munge", tuple(restart))])
+
+
+# ---------------------------------------------------------------------------------------------
+_HEALTH_BODY = r'''
+DRAIN=0
+case "${1:-}" in
+  --drain) DRAIN=1 ;;
+  "") ;;
+  *) echo "usage: node-health [--drain]" >&2; exit 64 ;;
+esac
+failures=()
+fail() { failures+=("$1"); echo "node-health: FAIL: $1" >&2; }
+ok() { echo "node-health: ok: $1"; }
+
+NODE_NAME=$(cat "$NODE_NAME_FILE" 2>/dev/null || true)
+if [ -z "$NODE_NAME" ]; then
+  echo "node-health: $NODE_NAME_FILE is missing: run node-identity first" >&2
+  exit 1
+fi
+
+# 1. GPUs: count, model and memory (nvidia-smi --query-gpu).
+if ! gpus=$(timeout 120 nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader,nounits 2>&1); then
+  fail "nvidia-smi failed: $(printf '%s' "$gpus" | head -c 300)"
+  gpus=""
+fi
+count=0
+while IFS=, read -r index name mem; do
+  [ -n "${index// /}" ] || continue
+  count=$((count + 1))
+  name=$(echo "$name" | sed 's/^ *//; s/ *$//')
+  mem=${mem// /}
+  if ! printf ' %s ' "$name" | grep -Eq "[^A-Za-z0-9]${GPU_MODEL}[^A-Za-z0-9]"; then
+    fail "GPU ${index// /} is '$name', expected a $GPU_MODEL"
+  fi
+  case "$mem" in ''|*[!0-9]*) fail "GPU ${index// /} reports memory '$mem'"; continue ;; esac
+  if [ "$mem" -lt "$GPU_MEM_MIN_MIB" ]; then
+    fail "GPU ${index// /} has ${mem} MiB, expected at least ${GPU_MEM_MIN_MIB} MiB"
+  fi
+done <<< "$gpus"
+if [ "$count" -ne "$EXPECTED_GPUS" ]; then
+  fail "expected $EXPECTED_GPUS GPUs, nvidia-smi lists $count"
+else
+  ok "$count x $GPU_MODEL"
+fi
+
+# 2. NVLink: every GPU has active links, none inactive (and the published count, when known).
+if [ "$NVLINK" = 1 ]; then
+  if ! links=$(timeout 120 nvidia-smi nvlink --status 2>&1); then
+    fail "nvidia-smi nvlink --status failed: $(printf '%s' "$links" | head -c 300)"
+  else
+    summary=$(printf '%s\n' "$links" | awk '
+      /^GPU [0-9]+:/ { gpu = $2; sub(":", "", gpu); seen[gpu] = 1; n++ }
+      /Link [0-9]+:/ { if ($0 ~ /inactive/) inactive[gpu]++; else if ($0 ~ /GB\/s/) active[gpu]++ }
+      END { for (g in seen) printf "%s %d %d\n", g, active[g] + 0, inactive[g] + 0; if (n == 0) print "none" }' | sort -n)
+    if [ "$summary" = none ]; then
+      fail "nvidia-smi nvlink --status lists no GPU: NVLink expected on this shape"
+    else
+      nv_gpus=0
+      while read -r g act inact; do
+        nv_gpus=$((nv_gpus + 1))
+        if [ "$inact" -gt 0 ]; then fail "GPU $g has $inact inactive NVLink link(s)"; fi
+        if [ "$act" -eq 0 ]; then fail "GPU $g has no active NVLink link"; fi
+        if [ -n "$NVLINK_LINKS" ] && [ "$act" -ne "$NVLINK_LINKS" ]; then
+          fail "GPU $g has $act active NVLink links, expected $NVLINK_LINKS"
+        fi
+      done <<< "$summary"
+      if [ "$nv_gpus" -ne "$EXPECTED_GPUS" ]; then
+        fail "NVLink status covers $nv_gpus GPUs, expected $EXPECTED_GPUS"
+      else
+        ok "NVLink up on $nv_gpus GPUs"
+      fi
+    fi
+  fi
+fi
+
+# 3. Fabric manager (NVSwitch shapes).
+if [ "$FABRIC_MANAGER" = 1 ]; then
+  if systemctl is-active --quiet nvidia-fabricmanager; then
+    ok "nvidia-fabricmanager active"
+  else
+    fail "nvidia-fabricmanager is not running (required on NVSwitch shapes)"
+  fi
+fi
+
+# 4. EFA / RDMA devices.
+if [ "$RDMA_KIND" != none ]; then
+  devices=0
+  if [ -d "$IB_SYSFS" ]; then
+    devices=$(find "$IB_SYSFS" -mindepth 1 -maxdepth 1 | wc -l)
+  fi
+  if [ -n "$RDMA_EXPECTED" ] && [ "$devices" -ne "$RDMA_EXPECTED" ]; then
+    fail "expected $RDMA_EXPECTED $RDMA_KIND devices in $IB_SYSFS, found $devices"
+  elif [ "$devices" -lt 1 ]; then
+    fail "no $RDMA_KIND device in $IB_SYSFS"
+  else
+    ok "$devices $RDMA_KIND devices"
+  fi
+  if [ "$RDMA_KIND" = efa ]; then
+    if ! fi_out=$(timeout 60 fi_info -p efa -t FI_EP_RDM 2>&1) || ! printf '%s' "$fi_out" | grep -q 'provider: efa'; then
+      fail "libfabric lists no EFA provider (fi_info -p efa -t FI_EP_RDM): $(printf '%s' "$fi_out" | head -c 300)"
+    else
+      ok "libfabric EFA provider present"
+    fi
+  fi
+fi
+
+# 5. Mounts (waiting for the ones still being attached at boot), then random reads.
+for dir in "${MOUNTS[@]}"; do
+  deadline=$((SECONDS + MOUNT_WAIT_S))
+  until mountpoint -q "$dir" || [ "$SECONDS" -ge "$deadline" ]; do sleep 5; done
+  if mountpoint -q "$dir"; then ok "$dir mounted"; else fail "$dir is not mounted (waited ${MOUNT_WAIT_S}s)"; fi
+done
+for dir in "${FIO_DIRS[@]}"; do
+  mountpoint -q "$dir" || continue
+  test_dir="$dir/.gpu-cluster-health-$NODE_NAME"
+  mkdir -p "$test_dir"
+  if ! fio_json=$(timeout $((FIO_RUNTIME_S * 3 + 120)) fio --name=gpu-cluster-randread --directory="$test_dir" \
+      --rw=randread --bs="$FIO_BS" --size="${FIO_SIZE_MIB}M" --runtime="$FIO_RUNTIME_S" --time_based \
+      --ioengine=psync --direct=1 --output-format=json 2>&1); then
+    fail "fio random read on $dir failed: $(printf '%s' "$fio_json" | tail -c 300)"
+  else
+    iops=$(printf '%s' "$fio_json" | python3 -c 'import json,sys; print(int(json.load(sys.stdin)["jobs"][0]["read"]["iops"]))' 2>/dev/null || echo "")
+    if [ -z "$iops" ]; then
+      fail "fio on $dir gave no read IOPS"
+    elif [ "$iops" -le 0 ] || { [ -n "$FIO_MIN_IOPS" ] && [ "$iops" -lt "$FIO_MIN_IOPS" ]; }; then
+      fail "fio random read on $dir: $iops IOPS${FIO_MIN_IOPS:+, expected at least $FIO_MIN_IOPS}"
+    else
+      ok "fio random read on $dir: $iops IOPS"
+    fi
+  fi
+  rm -rf "$test_dir"
+done
+
+# Result: the status file the health gate reads, then the metric.
+mkdir -p "$(dirname "$STATUS_FILE")"
+if [ "${#failures[@]}" -eq 0 ]; then
+  printf 'PASS\n' > "$STATUS_FILE.tmp"
+  METRIC_VALUE=1
+else
+  reason=$(printf '%s; ' "${failures[@]}")
+  reason=${reason%; }
+  printf 'FAIL\n%s\n' "${reason:0:400}" > "$STATUS_FILE.tmp"
+  METRIC_VALUE=0
+fi
+mv "$STATUS_FILE.tmp" "$STATUS_FILE"
+
+published=1
+if INSTANCE_ID=$(metadata_get instance-id); then
+  # Both metric forms; the cloud's metric_put reads the one it needs.
+  export METRIC_DIMENSIONS="ClusterName=${CLUSTER_NAME},NodeName=${NODE_NAME},InstanceId=${INSTANCE_ID}"
+  METRIC_JSON=$(printf '[{"MetricName":"%s","Value":%s}]' "$METRIC_NAME" "$METRIC_VALUE")
+  export METRIC_JSON
+  if ! metric_out=$(metric_put 2>&1); then
+    echo "node-health: publishing metric $METRIC_NAMESPACE/$METRIC_NAME failed: $(printf '%s' "$metric_out" | head -c 300)" >&2
+    published=0
+  fi
+else
+  echo "node-health: could not read the instance id from metadata; metric not published" >&2
+  published=0
+fi
+
+if [ "$DRAIN" = 1 ]; then
+  "$HEALTH_GATE"
+fi
+if [ "${#failures[@]}" -gt 0 ]; then
+  echo "node-health: $NODE_NAME is UNHEALTHY (${#failures[@]} failure(s))" >&2
+  exit 1
+fi
+echo "node-health: $NODE_NAME is healthy"
+[ "$published" = 1 ] || exit 2
+'''
+
+
+def node_health_script(c: SlurmCluster) -> str:
+    """The GPU node's health check; every expected value comes from the catalog (instances.yaml
+    for the GPUs and EFA/RDMA count, fabric.yaml for NVLink, fabric manager and fio)."""
+    o, f, fio, shape = ops(c.cloud), fabric(c.cloud, c.shape.type), fio_settings(), c.shape
+    mounts = [d for d, on in ((c.paths.scratch, c.scratch), (c.paths.lustre, c.lustre),
+                              (c.paths.data, c.data_disk)) if on]
+    fio_dirs = [d for d, on in ((c.paths.scratch, c.scratch), (c.paths.lustre, c.lustre)) if on]
+    if not shape.rdma:
+        rdma_kind, rdma_expected = "none", ""
+    else:
+        rdma_kind = "efa" if c.cloud == "aws" else "rdma"
+        rdma_expected = "" if shape.rdma_interfaces is None else shape.rdma_interfaces
+    values = {
+        "CLUSTER_NAME": c.name, "REGION": c.region,
+        "NODE_NAME_FILE": c.paths.node_name_file, "STATUS_FILE": c.paths.health_status_file,
+        "HEALTH_GATE": f"{c.paths.bin}/health-gate",
+        "EXPECTED_GPUS": shape.gpu_count, "GPU_MODEL": shape.gpu,
+        "GPU_MEM_MIN_MIB": int(shape.gpu_mem_gib * 1024 * gpu_mem_min_fraction()),
+        "NVLINK": int(f.nvlink), "NVLINK_LINKS": "" if f.nvlink_links_per_gpu is None else f.nvlink_links_per_gpu,
+        "FABRIC_MANAGER": int(f.fabric_manager),
+        "RDMA_KIND": rdma_kind, "RDMA_EXPECTED": rdma_expected, "IB_SYSFS": c.paths.infiniband_sysfs,
+        "MOUNT_WAIT_S": MOUNT_WAIT_S,
+        "FIO_SIZE_MIB": fio.size_mib, "FIO_RUNTIME_S": fio.runtime_s, "FIO_BS": fio.block_size,
+        "FIO_MIN_IOPS": "" if fio.min_iops is None else fio.min_iops,
+        "METRIC_NAMESPACE": c.metric_namespace, "METRIC_NAME": c.metric_name,
+        "METRIC_VALUE": "", "METRIC_DIMENSIONS": "", "METRIC_JSON": "", "INSTANCE_ID": "",
+    }
+    return _script("GPU node health check", values, _HEALTH_BODY, [
+        shell.array("MOUNTS", mounts), shell.array("FIO_DIRS", fio_dirs),
+        o.metadata_function, shell.function("metric_put", o.metric_put)])
+
+
+# ---------------------------------------------------------------------------------------------
+_GATE_BODY = r'''
+# slurmd runs this with a minimal environment: make sure the usual directories are searched.
+export PATH="${PATH:+$PATH:}/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Messages go to stdout too: slurmd logs a failing HealthCheckProgram's output.
+say() { echo "health-gate: $*"; echo "health-gate: $*" >&2; }
+NODE_NAME=$(cat "$NODE_NAME_FILE" 2>/dev/null || true)
+if [ -z "$NODE_NAME" ]; then
+  say "$NODE_NAME_FILE is missing"
+  exit 1
+fi
+if [ ! -s "$STATUS_FILE" ]; then
+  result=FAIL
+  reason="no health check result in $STATUS_FILE"
+else
+  result=$(sed -n 1p "$STATUS_FILE")
+  reason=$(sed -n 2p "$STATUS_FILE")
+fi
+if [ "$result" = PASS ]; then
+  if ! node=$(scontrol show node "$NODE_NAME" -o 2>&1); then
+    say "scontrol show node $NODE_NAME failed: $node"
+    exit 1
+  fi
+  current=$(printf '%s\n' "$node" | sed -n 's/.* Reason=\(.*\) \[.*/\1/p')
+  case "$current" in
+    "$REASON_PREFIX"*)
+      scontrol update nodename="$NODE_NAME" state=resume
+      say "$NODE_NAME passed its health check: resumed" ;;
+  esac
+  exit 0
+fi
+if ! out=$(scontrol update nodename="$NODE_NAME" state=drain reason="$REASON_PREFIX ${reason:-health check failed}" 2>&1); then
+  say "could not drain $NODE_NAME ($reason): $out"
+  exit 1
+fi
+say "drained $NODE_NAME: ${reason:-health check failed}"
+'''
+
+
+def health_gate_script(c: SlurmCluster) -> str:
+    """slurmd's HealthCheckProgram: applies the last health result to the node in Slurm. Fast
+    (it only reads a file and calls scontrol): slurmd kills a HealthCheckProgram after 60 s."""
+    return _script("Apply the GPU node health result to Slurm", {
+        "NODE_NAME_FILE": c.paths.node_name_file, "STATUS_FILE": c.paths.health_status_file,
+        "REASON_PREFIX": HEALTH_REASON_PREFIX,
+    }, _GATE_BODY)
+
+
+# ---------------------------------------------------------------------------------------------
+_SPOT_BODY = r'''
+NODE_NAME=$(cat "$NODE_NAME_FILE" 2>/dev/null || true)
+if [ -z "$NODE_NAME" ]; then
+  echo "spot-watch: $NODE_NAME_FILE is missing" >&2
+  exit 1
+fi
+polls=0
+while :; do
+  if notice=$(metadata_get "$NOTICE_PATH" 2>/dev/null) && [ -n "$notice" ]; then
+    notice=$(printf '%s' "$notice" | tr -d '\n' | head -c 200)
+    echo "spot-watch: interruption notice for $NODE_NAME: $notice"
+    # DOWN (not DRAIN): Slurm kills and requeues the node's batch jobs now (JobRequeue=1), while
+    # the instance still has its notice period; ReturnToService=2 lets a replacement rejoin.
+    scontrol update nodename="$NODE_NAME" state=down reason="$REASON_PREFIX $notice"
+    # Stop slurmd so this node cannot re-register (ReturnToService=2 would bring a responding
+    # node straight back) and take new jobs during the notice period.
+    systemctl stop slurmd.service
+    exit 0
+  fi
+  polls=$((polls + 1))
+  if [ "$MAX_POLLS" -gt 0 ] && [ "$polls" -ge "$MAX_POLLS" ]; then
+    exit 0
+  fi
+  sleep "$POLL_S"
+done
+'''
+
+
+def spot_watch_script(c: SlurmCluster, poll_s: int = 5, max_polls: int = 0) -> str:
+    """Watches the spot-interruption notice (AWS gives 2 minutes, Tencent a termination time).
+    max_polls=0: forever (the systemd service); the harness bounds it."""
+    o = ops(c.cloud)
+    return _script("Requeue this node's jobs when its spot instance is reclaimed", {
+        "NODE_NAME_FILE": c.paths.node_name_file, "NOTICE_PATH": o.spot_notice_path,
+        "REASON_PREFIX": SPOT_REASON_PREFIX, "POLL_S": poll_s, "MAX_POLLS": max_polls,
+    }, _SPOT_BODY, [o.metadata_function])
+
+
+# ---------------------------------------------------------------------------------------------
+_NODE_SETUP_BODY = r'''
+"$BIN/node-identity" >/dev/null
+NODE_NAME=$(cat "$NODE_NAME_FILE")
+"$BIN/munge-key"
+mkdir -p "$(dirname "$SLURMD_DEFAULTS")"
+printf 'SLURMD_OPTIONS="--conf-server %s -N %s"\n' "$CONF_SERVER" "$NODE_NAME" > "$SLURMD_DEFAULTS.tmp"
+mv "$SLURMD_DEFAULTS.tmp" "$SLURMD_DEFAULTS"
+mkdir -p "$JOBS_OUTPUT"
+chmod 1777 "$JOBS_OUTPUT"
+# A failed check does not stop the boot: slurmd starts, and its HealthCheckProgram (health-gate)
+# drains the node with the reason before it registers, so no job ever lands on it.
+if ! "$BIN/node-health"; then
+  echo "node-setup: $NODE_NAME failed its health check; it will be drained (see $STATUS_FILE)" >&2
+fi
+'''
+
+
+def node_setup_script(c: SlurmCluster) -> str:
+    o = ops(c.cloud)
+    return _script("GPU node: join the Slurm cluster", {
+        "BIN": c.paths.bin, "NODE_NAME_FILE": c.paths.node_name_file,
+        "STATUS_FILE": c.paths.health_status_file, "SLURMD_DEFAULTS": f"{c.paths.etc_default}/slurmd",
+        "CONF_SERVER": f"{c.head_address}:{SLURMCTLD_PORT}", "JOBS_OUTPUT": c.jobs_output_dir,
+    }, _NODE_SETUP_BODY, [shell.command(cmd) for cmd in o.cli_setup])
+
+
+_HEAD_SETUP_BODY = r'''
+for dir in "${WAIT_MOUNTS[@]}"; do
+  deadline=$((SECONDS + MOUNT_WAIT_S))
+  until mountpoint -q "$dir" || [ "$SECONDS" -ge "$deadline" ]; do sleep 5; done
+  if ! mountpoint -q "$dir"; then
+    echo "head-setup: $dir is not mounted after ${MOUNT_WAIT_S}s; slurmctld's state must live on it" >&2
+    exit 1
+  fi
+done
+mkdir -p "$STATE_DIR"
+chown "$SLURM_USER:$SLURM_USER" "$STATE_DIR"
+chmod 0700 "$STATE_DIR"
+for dir in "${SHARED_DIRS[@]}"; do
+  mkdir -p "$dir"
+  chmod 1777 "$dir"
+done
+"$BIN/munge-key"
+'''
+
+
+def head_setup_script(c: SlurmCluster, wait_mounts: Sequence[str] | None = None) -> str:
+    """Head node boot before slurmctld: its state directory on persistent storage, the shared
+    directories on /lustre, the munge key."""
+    o = ops(c.cloud)
+    if wait_mounts is None:
+        wait_mounts = [m for m in (c.paths.data, c.paths.lustre)
+                       if c.state_dir.startswith(m + "/") or (m == c.paths.lustre and c.lustre)]
+    return _script("Head node: prepare slurmctld", {
+        "BIN": c.paths.bin, "STATE_DIR": c.state_dir, "SLURM_USER": "slurm",
+        "MOUNT_WAIT_S": MOUNT_WAIT_S,
+    }, _HEAD_SETUP_BODY, [shell.array("WAIT_MOUNTS", wait_mounts), shell.array("SHARED_DIRS", c.shared_dirs)]
+        + [shell.command(cmd) for cmd in o.cli_setup])

@@ -1,0 +1,122 @@
+"""Stand-ins for the GPU node's hardware tools and the cloud CLIs, written into a PATH directory.
+
+Each stub reads the harness's state directory ($STUB_STATE) so a test can change what the
+"hardware" reports between steps (e.g. one GPU missing), and records what it was asked in log
+files the harness asserts on. They print the same output formats the real tools do, as far as the
+generated scripts read them.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+STUBS: dict[str, str] = {
+    # nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader,nounits, and
+    # nvidia-smi nvlink --status ("GPU i: <name> (UUID: ...)" then "\t Link n: 26.562 GB/s").
+    "nvidia-smi": r'''#!/bin/bash
+set -euo pipefail
+gpus=$(cat "$STUB_STATE/gpus")
+links=$(cat "$STUB_STATE/nvlinks")
+if [ "${1:-}" = nvlink ]; then
+  for ((i = 0; i < gpus; i++)); do
+    echo "GPU $i: NVIDIA H100 80GB HBM3 (UUID: GPU-0000000$i)"
+    for ((l = 0; l < links; l++)); do echo "	 Link $l: 26.562 GB/s"; done
+  done
+  exit 0
+fi
+for ((i = 0; i < gpus; i++)); do echo "$i, NVIDIA H100 80GB HBM3, 81559"; done
+''',
+    "fi_info": r'''#!/bin/bash
+printf 'provider: efa\n    fabric: efa\n    domain: rdmap0s0-rdm\n    type: FI_EP_RDM\n'
+''',
+    "systemctl": r'''#!/bin/bash
+echo "systemctl $*" >> "$STUB_STATE/systemctl.log"
+if [ "${1:-} ${2:-}" = "stop slurmd.service" ] && [ -s "$STUB_STATE/slurmd.pid" ]; then
+  kill "$(cat "$STUB_STATE/slurmd.pid")"
+fi
+if [ "${1:-}" = is-active ]; then
+  [ "$(cat "$STUB_STATE/fabricmanager")" = active ]
+fi
+''',
+    # The node's mounts are directories in the harness root; "mounted" = listed in $STUB_STATE/mounts.
+    "mountpoint": r'''#!/bin/bash
+dir=${!#}
+grep -qxF -- "$dir" "$STUB_STATE/mounts"
+''',
+    # Instance metadata: URL path after /latest/meta-data/ → file under $STUB_STATE/metadata/.
+    "curl": r'''#!/bin/bash
+url=""
+for a in "$@"; do case "$a" in http://*|https://*) url=$a ;; esac; done
+case "$url" in
+  */latest/api/token) echo stub-token; exit 0 ;;
+  */latest/meta-data/*) item=${url#*/latest/meta-data/} ;;
+  *) echo "stub curl: unexpected URL $url" >&2; exit 2 ;;
+esac
+file="$STUB_STATE/metadata/$item"
+if [ -f "$file" ]; then cat "$file"; exit 0; fi
+echo "curl: (22) The requested URL returned error: 404" >&2
+exit 22
+''',
+    # aws secretsmanager get/put-secret-value and cloudwatch put-metric-data.
+    "aws": r'''#!/bin/bash
+set -euo pipefail
+echo "aws $*" >> "$STUB_STATE/aws.log"
+arg() { local want=$1; shift; while [ $# -gt 0 ]; do [ "$1" = "$want" ] && { echo "$2"; return; }; shift; done; }
+case "$1 $2" in
+  "secretsmanager get-secret-value")
+    if [ -s "$STUB_STATE/secret" ]; then cat "$STUB_STATE/secret"; echo; exit 0; fi
+    echo "An error occurred (ResourceNotFoundException) when calling the GetSecretValue operation: Secrets Manager can't find the specified secret value for staging label: AWSCURRENT" >&2
+    exit 254 ;;
+  "secretsmanager put-secret-value")
+    src=$(arg --secret-string "$@")
+    cat "${src#file://}" > "$STUB_STATE/secret" ;;
+  "cloudwatch put-metric-data")
+    echo "$(arg --metric-name "$@") $(arg --value "$@") $(arg --dimensions "$@")" >> "$STUB_STATE/metrics.log" ;;
+  *) echo "stub aws: unexpected $*" >&2; exit 2 ;;
+esac
+''',
+    # torchrun: records its arguments and the NCCL/EFA environment it was started with.
+    "torchrun": r'''#!/bin/bash
+{
+  echo "argv: $*"
+  env | grep -E '^(FI_|NCCL_|MASTER_ADDR=|LD_LIBRARY_PATH=)' | sort
+} >> "$STUB_STATE/torchrun.log"
+echo "stub torchrun on $(hostname): $*"
+''',
+    # mpirun running all_reduce_perf: prints all_reduce_perf's table with the busbw in $STUB_STATE/busbw.
+    "mpirun": r'''#!/bin/bash
+echo "mpirun $*" >> "$STUB_STATE/mpirun.log"
+size=$(printf '%s\n' "$@" | awk 'p { print; exit } $0 == "-e" { p = 1 }')
+busbw=$(cat "$STUB_STATE/busbw")
+echo "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong"
+echo "           8             2     float     sum      -1    30.00    0.00    0.00      0    30.00    0.00    0.00      0"
+printf '%12s %13s     float     sum      -1  1000.0  100.00  %s      0  1000.0  100.00  %s      0\n' "$size" "$((size / 4))" "$busbw" "$busbw"
+''',
+}
+
+
+def write_stubs(bin_dir: Path) -> None:
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for name, body in STUBS.items():
+        path = bin_dir / name
+        path.write_text(body)
+        path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+
+
+def write_state(state: Path, **values: object) -> None:
+    state.mkdir(parents=True, exist_ok=True)
+    for key, value in values.items():
+        if isinstance(value, (list, tuple)):
+            text = "".join(f"{v}\n" for v in value)
+        else:
+            text = f"{value}\n" if value != "" else ""
+        (state / key).write_text(text)
+
+
+def stub_env(bin_dir: Path, state: Path, base: dict | None = None) -> dict:
+    env = dict(base if base is not None else os.environ)
+    env["PATH"] = f"{bin_dir}:{env.get('PATH', '/usr/bin:/bin')}"
+    env["STUB_STATE"] = str(state)
+    return env

@@ -1,0 +1,391 @@
+"""Slurm generators (components/slurm): configuration, catalog coverage, and every generated script
+linted (shellcheck, bash -n) and exercised against stub tools. Fast: no daemons (those are
+`python -m tests.slurm_local`, make slurm-check)."""
+
+from __future__ import annotations
+
+import base64
+import importlib
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from components import catalog
+from components.cloudinit import DataDisk, LustreMount, render
+from components.slurm import (SlurmCluster, all_scripts, cgroup_conf, fabric, from_spec, gres_conf, head_boot_config,
+                              node_boot_parts, slurm_conf, with_slurm)
+from components.slurm import scripts
+from components.slurm.conf import Paths, hostlist
+from components.slurm.fabric import fabrics, sources
+from components.spec import load_spec
+from gpu_cluster.render import read_stack_file, stack_path
+from tests.slurm_local.stubs import stub_env, write_state, write_stubs
+
+jobs_mod = importlib.import_module("components.slurm.jobs")
+SAMPLES = ["aws-entry", "aws-mid", "aws-large", "tencent-entry", "tencent-mid", "tencent-large"]
+DISK = DataDisk(serial="disk-head0")
+P5 = catalog.shape("aws", "p5.48xlarge")
+
+
+def cluster(shape=P5, nodes=2, **kw) -> SlurmCluster:
+    args = dict(name="llm", cloud=shape.cloud, region="us-east-1", shape=shape, nodes=nodes,
+                head_address="10.40.0.10", munge_secret_id="llm-munge")
+    args.update(kw)
+    return SlurmCluster(**args)
+
+
+def sample(stack: str) -> SlurmCluster:
+    sf = read_stack_file(stack_path(stack))
+    return from_spec(load_spec(sf.config["gpu-cluster:cluster"], sf.regions), "10.40.0.10", f"{stack}-munge")
+
+
+def conf_nodes(conf: str) -> list[dict[str, str]]:
+    """NodeName lines as {key: value}, with the host list expanded to a count."""
+    out = []
+    for line in conf.splitlines():
+        if line.startswith("NodeName="):
+            fields = dict(f.split("=", 1) for f in line.split())
+            m = re.fullmatch(r".*\[(.*)\]", fields["NodeName"])
+            count = 0
+            for part in m.group(1).split(","):
+                a, _, b = part.partition("-")
+                count += int(b or a) - int(a) + 1
+            fields["count"] = str(count)
+            out.append(fields)
+    return out
+
+
+# --- configuration -----------------------------------------------------------------------------
+def test_two_node_large_plan_declares_16_gpus_as_gres():
+    c = sample("aws-large")
+    conf = slurm_conf(c)
+    nodes = conf_nodes(conf)
+    total = sum(int(n["count"]) * int(n["Gres"].rsplit(":", 1)[1]) for n in nodes)
+    assert (c.nodes, total) == (2, 16)
+    assert all(n["Gres"] == "gpu:h100:8" and n["State"] == "CLOUD" for n in nodes)
+    assert "GresTypes=gpu\n" in conf
+    assert "NodeName=aws-large-node-[0-1] Name=gpu Type=h100 File=/dev/nvidia[0-7]\n" in gres_conf(c).replace(
+        c.name, "aws-large")
+
+
+@pytest.mark.parametrize("stack", SAMPLES)
+def test_every_sample_stack_renders_a_head_node_and_slurm(stack):
+    c = sample(stack)
+    conf = slurm_conf(c)
+    assert f"SlurmctldHost={c.name}-head(10.40.0.10)\n" in conf
+    assert sum(int(n["count"]) for n in conf_nodes(conf)) == c.nodes
+    assert conf.count("PartitionName=") == 1 and f"PartitionName={c.name} Nodes={c.node_hostlist} Default=YES" in conf
+    doc = yaml.safe_load(render(head_boot_config(c, lustre=LustreMount(source="fs@tcp:/m", client_script="#!/bin/bash\n") if c.lustre else None,
+                                                 data_disk=DISK)))
+    assert doc["hostname"] == f"{c.name}-head"
+    assert {"slurmctld", "munge"} <= set(doc["packages"])
+    paths = {f["path"] for f in doc["write_files"]}
+    assert {"/etc/slurm/slurm.conf", "/etc/slurm/gres.conf", "/etc/slurm/cgroup.conf"} <= paths
+    assert doc["runcmd"][-1] == ["systemctl", "enable", "--now", "slurmctld.service"]
+
+
+def test_slurm_conf_keys_that_make_the_design_work():
+    conf = slurm_conf(cluster(purchase="mixed", nodes=3))
+    for line in ("SlurmctldParameters=enable_configless,cloud_reg_addrs", "TreeWidth=65533", "PrivateData=cloud",
+                 "JobRequeue=1", "ReturnToService=2", "ProctrackType=proctrack/cgroup",
+                 "TaskPlugin=task/cgroup,task/affinity", "StateSaveLocation=/data/slurm/state",
+                 "HealthCheckProgram=/opt/gpu-cluster/bin/health-gate"):
+        assert f"\n{line}\n" in conf, line
+    # mixed: node 0 on demand, the rest spot, told apart by feature
+    nodes = {n["NodeName"]: n["Features"] for n in conf_nodes(conf)}
+    assert nodes == {"llm-node-[0]": "p5.48xlarge,ondemand", "llm-node-[1-2]": "p5.48xlarge,spot"}
+    assert cgroup_conf(cluster()) .splitlines()[1:] == [
+        "CgroupPlugin=cgroup/v2", "ConstrainCores=yes", "ConstrainDevices=yes", "ConstrainRAMSpace=no"]
+
+
+def test_hostlist_and_inputs_are_checked():
+    assert hostlist("c-node-", [0, 1, 2, 5, 7, 8]) == "c-node-[0-2,5,7-8]"
+    assert gres_conf(cluster(shape=catalog.shape("aws", "g4dn.xlarge"), nodes=1)).endswith("File=/dev/nvidia0\n")
+    with pytest.raises(ValueError, match="head_address"):
+        cluster(head_address="10.0.0.1)(x")
+    with pytest.raises(ValueError, match="data disk"):
+        head_boot_config(cluster(), data_disk=None)
+    with pytest.raises(ValueError, match="node_index"):
+        node_boot_parts(cluster(shape=catalog.shape("tencentcloud", "GN7.2XLARGE32"), nodes=1))
+
+
+def test_munge_key_is_never_in_user_data():
+    for c, idx in ((cluster(), None), (cluster(shape=catalog.shape("tencentcloud", "HCCPNV6.96XLARGE2304"),
+                                               region="ap-shanghai"), 1)):
+        node = render(with_slurm(head_boot_config(c, data_disk=DISK), node_boot_parts(c, idx)))
+        head = render(head_boot_config(c, data_disk=DISK))
+        for text in (node, head):
+            assert "SECRET_ID='llm-munge'" in text  # only the secret's name travels
+            assert not re.search(r"[A-Za-z0-9+/]{40,}={0,2}", text), "a long base64 blob in user data"
+            assert "dd if=/dev/urandom bs=1024 count=1" in text  # made at boot, on the head only
+        assert "MODE='node'" in node and "MODE='head'" in head
+
+
+# --- the catalog ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("cloud", catalog.CLOUDS)
+def test_fabric_rows_cover_exactly_the_catalog(cloud):
+    assert set(fabrics(cloud)) == set(catalog.shapes(cloud))
+
+
+def test_fabric_rows_are_sourced_and_consistent():
+    src = sources()
+    for cloud in catalog.CLOUDS:
+        for f in fabrics(cloud).values():
+            shape = catalog.shape(cloud, f.type)
+            assert f.source and all(k in src for k in f.source), f.type
+            assert set(f.unconfirmed) <= set(f.__dataclass_fields__), f.type
+            assert f.fabric_manager <= f.nvlink, f"{f.type}: fabric manager without NVLink"
+            if shape.interconnect == "nvswitch":
+                assert f.nvlink and f.fabric_manager, f.type
+            if shape.interconnect == "pcie":
+                assert not f.nvlink, f.type
+            assert (f.allreduce_busbw_gbps is None) == (f.allreduce_message_bytes is None) == (f.allreduce_pass_fraction is None)
+    p5 = fabric("aws", "p5.48xlarge")
+    assert (p5.allreduce_busbw_gbps, p5.allreduce_message_bytes, p5.allreduce_threshold_gbps) == (487.09, 2 ** 34, 414.03)
+    assert fabric("aws", "p4de.24xlarge").allreduce_busbw_gbps == 78.33
+    assert "allreduce_busbw_gbps" in fabric("aws", "p4d.24xlarge").unconfirmed
+    assert fabric("aws", "p5.48xlarge").nccl_env["FI_PROVIDER"] == "efa"
+    with pytest.raises(KeyError, match="no row"):
+        fabric("aws", "p9.huge")
+
+
+# --- every generated script: shellcheck and bash -n -------------------------------------------------
+def _every_script() -> dict[str, str]:
+    out = {}
+    for cloud in catalog.CLOUDS:
+        for i, shape in enumerate(catalog.shapes(cloud).values()):
+            # alternate the variants across shapes: every script sees both, every shape one
+            for purchase, lustre in ((("on_demand", False), ("mixed", True))[i % 2],):
+                c = cluster(shape=shape, nodes=3, purchase=purchase, lustre=lustre, scratch=shape.has_nvme,
+                            data_disk=lustre)
+                for label, body in all_scripts(c, None if cloud == "aws" else 1).items():
+                    out[f"{cloud}-{shape.type}-{purchase}-{label}"] = body
+    return out
+
+
+def test_every_generated_script_passes_shellcheck_and_bash_n(tmp_path):
+    shellcheck = shutil.which("shellcheck")
+    if shellcheck is None:
+        pytest.fail("shellcheck is not installed: apt-get install -y shellcheck (it belongs in .ci/run's packages)")
+    files = []
+    unique: dict[str, str] = {}
+    for label, body in sorted(_every_script().items()):
+        unique.setdefault(body, label)  # many shapes share a script word for word: lint it once
+    for i, (body, label) in enumerate(unique.items()):
+        path = tmp_path / f"{i:04d}.sh"
+        path.write_text(body)
+        files.append((label, path))
+        r = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+        assert r.returncode == 0, f"bash -n {label}: {r.stderr}"
+    halves = [files[0::2], files[1::2]]  # two shellcheck processes: this machine has two cores
+    procs = [subprocess.Popen([shellcheck, "-S", "style", *[str(p) for _, p in half]], stdout=subprocess.PIPE,
+                              text=True) for half in halves]
+    outputs = [(p.communicate()[0], p.returncode) for p in procs]
+    names = {str(p): label for label, p in files}
+    report = "\n".join(names.get(line.split()[1], line) if line.startswith("In ") else line
+                       for out, _ in outputs for line in out.splitlines()[:80])
+    assert all(rc == 0 for _, rc in outputs), report
+    assert len(files) > 60  # distinct scripts over every shape, both purchases, head and node
+
+
+def test_hello_py_compiles():
+    compile(jobs_mod.HELLO_PY, "hello.py", "exec")
+
+
+# --- scripts run against stub tools -------------------------------------------------------------------
+@pytest.fixture
+def node(tmp_path):
+    """A GPU node laid out under tmp_path with stub hardware and cloud tools."""
+    c = cluster(nodes=2, purchase="spot", scratch=True, lustre=True, data_disk=True,
+                paths=Paths().rooted(str(tmp_path)))
+    bin_dir, state = tmp_path / "stub-bin", tmp_path / "stub-state"
+    write_stubs(bin_dir)
+    (state / "metadata/tags/instance").mkdir(parents=True)
+    (state / "metadata/instance-id").write_text("i-0abc")
+    (state / "metadata/tags/instance/gpu-cluster:node").write_text("1")
+    write_state(state, gpus=8, nvlinks=18, fabricmanager="active", busbw="450.0", secret="",
+                mounts=[c.paths.scratch, c.paths.lustre, c.paths.data])
+    for i in range(32):
+        (Path(c.paths.infiniband_sysfs) / f"rdmap{i}").mkdir(parents=True)
+    for d in (c.paths.scratch, c.paths.lustre, c.paths.data):
+        Path(d).mkdir(parents=True, exist_ok=True)
+    # fio and scontrol stubs for the fast suite (the harness runs the real ones)
+    (bin_dir / "fio").write_text('#!/bin/bash\necho "fio $*" >> "$STUB_STATE/fio.log"\n'
+                                 'echo \'{"jobs": [{"read": {"iops": 1234.5}}]}\'\n')
+    (bin_dir / "scontrol").write_text('#!/bin/bash\necho "scontrol $*" >> "$STUB_STATE/scontrol.log"\n'
+                                      'if [ "$1" = show ]; then cat "$STUB_STATE/node" 2>/dev/null || true; fi\n')
+    for name in ("fio", "scontrol"):
+        (bin_dir / name).chmod(0o755)
+    env = stub_env(bin_dir, state)
+    return c, env, state, tmp_path
+
+
+def _run(path: Path, script: str, env, *args, timeout=60):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(script)
+    path.chmod(0o755)
+    return subprocess.run([str(path), *args], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def _health(node, **state):
+    c, env, st, root = node
+    write_state(st, **state)
+    _run(root / "bin/node-identity", scripts.node_identity_script(c), env)
+    _run(Path(c.paths.bin) / "health-gate", scripts.health_gate_script(c), env)
+    r = _run(root / "bin/node-health", scripts.node_health_script(c), env)
+    return r, Path(c.paths.health_status_file).read_text()
+
+
+def test_health_passes_on_a_healthy_node_and_publishes_1(node):
+    r, status = _health(node)
+    assert r.returncode == 0 and status == "PASS\n", r.stderr
+    c, env, st, root = node
+    assert Path(c.paths.node_name_file).read_text() == "llm-node-1\n"  # from the gpu-cluster:node tag
+    assert (st / "metrics.log").read_text() == "NodeHealthy 1 ClusterName=llm,NodeName=llm-node-1,InstanceId=i-0abc\n"
+    assert (st / "fio.log").read_text().count("--rw=randread") == 2  # /scratch and /lustre, not /data
+
+
+@pytest.mark.parametrize("state, reason", [
+    ({"gpus": 7}, "expected 8 GPUs, nvidia-smi lists 7"),
+    ({"nvlinks": 0}, "GPU 0 has no active NVLink link"),
+    ({"fabricmanager": "inactive"}, "nvidia-fabricmanager is not running"),
+])
+def test_health_fails_with_the_reason(node, state, reason):
+    r, status = _health(node, **state)
+    assert r.returncode == 1 and status.startswith("FAIL\n") and reason in status, status + r.stderr
+    assert (node[2] / "metrics.log").read_text().startswith("NodeHealthy 0 ")
+
+
+def test_health_counts_efa_devices_and_mounts(node):
+    c = node[0]
+    shutil.rmtree(Path(c.paths.infiniband_sysfs) / "rdmap31")
+    scripts_mod_wait = scripts.MOUNT_WAIT_S
+    try:
+        scripts.MOUNT_WAIT_S = 1
+        r, status = _health(node, mounts=[c.paths.scratch, c.paths.data])
+    finally:
+        scripts.MOUNT_WAIT_S = scripts_mod_wait
+    assert "expected 32 efa devices" in status and "found 31" in status
+    assert f"{c.paths.lustre} is not mounted" in status
+
+
+def test_health_rejects_the_wrong_gpu_model(node):
+    c, env, st, root = node
+    a10 = cluster(shape=catalog.shape("aws", "g5.xlarge"), nodes=1, paths=c.paths)
+    write_state(st, gpus=1)
+    _run(root / "bin/node-identity", scripts.node_identity_script(a10), env)
+    (st / "metadata/tags/instance/gpu-cluster:node").write_text("0")
+    _run(root / "bin/node-identity", scripts.node_identity_script(a10), env)
+    r = _run(root / "bin/node-health", scripts.node_health_script(a10), env)
+    assert r.returncode == 1 and "is 'NVIDIA H100 80GB HBM3', expected a A10G" in r.stderr
+
+
+def test_gate_drains_on_fail_and_resumes_only_its_own_drain(node):
+    c, env, st, root = node
+    _health(node, gpus=7)
+    gate = Path(c.paths.bin) / "health-gate"
+    r = subprocess.run([str(gate)], env=env, capture_output=True, text=True)
+    log = (st / "scontrol.log").read_text()
+    assert r.returncode == 0 and "state=drain reason=gpu-cluster-health: expected 8 GPUs" in log
+    _health(node, gpus=8)
+    (st / "scontrol.log").write_text("")
+    (st / "node").write_text("NodeName=llm-node-1 State=IDLE+DRAIN Reason=spot-interruption: x [root@t]\n")
+    subprocess.run([str(gate)], env=env, check=True, capture_output=True)
+    assert "state=resume" not in (st / "scontrol.log").read_text()  # not our drain: left alone
+    (st / "node").write_text("NodeName=llm-node-1 State=IDLE+DRAIN Reason=gpu-cluster-health: old [root@t]\n")
+    subprocess.run([str(gate)], env=env, check=True, capture_output=True)
+    assert "scontrol update nodename=llm-node-1 state=resume" in (st / "scontrol.log").read_text()
+
+
+def test_munge_head_makes_and_stores_the_key_node_waits(node):
+    c, env, st, root = node
+    key_file = Path(c.paths.munge_key)
+    owner = "root"
+    node_script = scripts.munge_key_script(c, "node", restart=("true",), wait_s=2, poll_s=1, key_owner=owner)
+    r = _run(root / "node-munge", node_script, env)
+    assert r.returncode == 1 and "still has no value after 2s" in r.stderr and not key_file.exists()
+    assert "put-secret-value" not in (st / "aws.log").read_text()  # a GPU node never makes a key
+    r = _run(root / "head-munge", scripts.munge_key_script(c, "head", restart=("true",), key_owner=owner), env)
+    assert r.returncode == 0, r.stderr
+    stored = (st / "secret").read_text()
+    assert len(base64.b64decode(stored)) == 1024 and key_file.read_bytes() == base64.b64decode(stored)
+    assert oct(key_file.stat().st_mode & 0o777) == "0o400"
+    assert "file://" in (st / "aws.log").read_text() and stored not in (st / "aws.log").read_text()
+    key_file.unlink()
+    r = _run(root / "node-munge", node_script, env)
+    assert r.returncode == 0 and key_file.read_bytes() == base64.b64decode(stored)
+
+
+def test_munge_never_makes_a_key_on_other_errors(node):
+    c, env, st, root = node
+    aws = Path(env["PATH"].split(":")[0]) / "aws"
+    aws.write_text('#!/bin/bash\necho "$*" >> "$STUB_STATE/aws.log"\n'
+                   'echo "An error occurred (AccessDeniedException)" >&2; exit 254\n')
+    r = _run(root / "head-munge", scripts.munge_key_script(c, "head", restart=("true",), key_owner="root"), env)
+    assert r.returncode == 1 and "AccessDeniedException" in r.stderr
+    assert "put-secret-value" not in (st / "aws.log").read_text()
+
+
+def test_munge_on_tencent_uses_ssm_versions(node):
+    c, env, st, root = node
+    tc = cluster(shape=catalog.shape("tencentcloud", "HCCPNV6.96XLARGE2304"), region="ap-shanghai", paths=c.paths)
+    tccli = Path(tc.paths.prefix) / "tccli/bin/tccli"
+    tccli.parent.mkdir(parents=True)
+    tccli.write_text(r'''#!/bin/bash
+echo "tccli $*" >> "$STUB_STATE/tccli.log"
+case "$2" in
+  GetSecretValue)
+    if [ -s "$STUB_STATE/secret" ]; then printf '{"SecretName": "x", "SecretString": "%s"}\n' "$(cat "$STUB_STATE/secret")"; exit 0; fi
+    echo "[TencentCloudSDKException] code:ResourceNotFound message:The secret version does not exist" >&2; exit 255 ;;
+  PutSecretValue)
+    for a in "$@"; do case "$a" in file://*) python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["SecretString"], end="")' "${a#file://}" > "$STUB_STATE/secret" ;; esac; done ;;
+esac
+''')
+    tccli.chmod(0o755)
+    script = scripts.munge_key_script(tc, "head", restart=("true",), key_owner="root").replace(
+        "/opt/gpu-cluster/tccli/bin/tccli", str(tccli))
+    r = _run(root / "tc-munge", script, env)
+    assert r.returncode == 0, r.stderr
+    log = (st / "tccli.log").read_text()
+    assert "ssm GetSecretValue --region ap-shanghai --use-cvm-role --SecretName llm-munge --VersionId munge-key-v1" in log
+    assert "ssm PutSecretValue --region ap-shanghai --use-cvm-role --cli-input-json file://" in log
+    assert Path(tc.paths.munge_key).read_bytes() == base64.b64decode((st / "secret").read_text())
+
+
+@pytest.mark.parametrize("busbw, rc, verdict", [("450.10", 0, "PASS: busbw 450.10 GB/s >= 414.03 GB/s"),
+                                                ("300.00", 1, "FAIL: busbw 300.00 GB/s < 414.03 GB/s")])
+def test_nccl_job_judges_two_nodes_against_the_published_figure(node, busbw, rc, verdict):
+    c, env, st, root = node
+    write_state(st, busbw=busbw)
+    fake = root / "all_reduce_perf"
+    fake.write_text("#!/bin/bash\n")
+    fake.chmod(0o755)
+    job_env = dict(env, ALL_REDUCE_BIN=str(fake), MPIRUN="mpirun", SLURM_JOB_NUM_NODES="2")
+    r = _run(root / "nccl.sbatch", jobs_mod.nccl_allreduce_job(c), job_env)
+    assert r.returncode == rc and verdict in r.stdout + r.stderr, r.stdout + r.stderr
+    mpirun = (st / "mpirun.log").read_text()
+    assert "-n 16 -N 8" in mpirun and "-x FI_PROVIDER" in mpirun and "-e 17179869184" in mpirun
+
+
+def test_nccl_job_explains_a_missing_binary(node):
+    c, env, st, root = node
+    r = _run(root / "nccl.sbatch", jobs_mod.nccl_allreduce_job(c), dict(env, SLURM_JOB_NUM_NODES="2"))
+    assert r.returncode == 2 and "no all_reduce_perf found" in r.stderr
+
+
+def test_spot_watch_sets_the_node_down_on_notice_only(node):
+    c, env, st, root = node
+    _run(root / "bin/node-identity", scripts.node_identity_script(c), env)
+    watch = scripts.spot_watch_script(c, poll_s=0, max_polls=2)
+    r = _run(root / "spot-watch", watch, env)
+    assert r.returncode == 0 and not (st / "scontrol.log").exists()
+    (st / "metadata/spot").mkdir()
+    (st / "metadata/spot/instance-action").write_text('{"action": "terminate"}')
+    r = _run(root / "spot-watch", watch, env)
+    assert "scontrol update nodename=llm-node-1 state=down reason=spot-interruption: " in (st / "scontrol.log").read_text()
+    assert "systemctl stop slurmd.service" in (st / "systemctl.log").read_text()  # cannot re-register
