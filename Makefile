@@ -21,7 +21,7 @@ export STACK STACK_FILE PLAN BASE POLICY_CONFIG ARGS
 POLICY_VENV := policies/venv
 POLICY_STAMP := $(POLICY_VENV)/.installed
 
-.PHONY: help venv policy-venv plan check review catalog test bench clean
+.PHONY: help venv policy-venv plan check review catalog test slurm-check bench clean
 
 help: ## list the targets (the default goal)
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -64,6 +64,9 @@ catalog: $(STAMP) ## list tiers, shapes, zones and prices (ARGS='--cloud aws --j
 
 test: $(TEST_STAMP) ## run the test suite
 	$(BIN)/python -m pytest -q -n 2
+
+slurm-check: $(TEST_STAMP) ## run a real Slurm (Debian slurm-wlm + munge, as root) from the generated configuration
+	$(BIN)/python -m tests.slurm_local
 
 bench: $(TEST_STAMP) ## measure render, check and review speed (docs/benchmarks.md)
 	$(BIN)/python -m bench
