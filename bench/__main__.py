@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -83,11 +84,35 @@ def growth(results: list[dict]) -> str:
 
 
 def time_make_plan() -> float:
+    """`gpu-cluster plan` of every sample stack, one process (what `make plan` runs after setup)."""
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([sys.executable, "-m", "offline", "plan", "--out", tmp], cwd=ROOT, capture_output=True,
-                       check=False)
+        proc = subprocess.run([sys.executable, "-m", "gpu_cluster", "plan", "--out", tmp], cwd=ROOT,
+                              capture_output=True, text=True, check=False)
+    if proc.returncode not in (0, 1):
+        raise SystemExit(f"gpu-cluster plan failed:\n{proc.stderr}")
     return time.perf_counter() - t0
+
+
+def time_review(runs: int) -> dict:
+    """`gpu-cluster review --base HEAD` of the sample stacks, warm (after one untimed run): the median
+    wall time and how many cores its processes kept busy (their CPU time over the wall time)."""
+    walls, cores = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(runs + 1):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            t0 = time.perf_counter()
+            proc = subprocess.run([sys.executable, "-m", "gpu_cluster", "review", "--base", "HEAD", "--out",
+                                   f"{tmp}/review.md"], cwd=ROOT, capture_output=True, text=True, check=False)
+            wall = time.perf_counter() - t0
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            if proc.returncode != 0:
+                raise SystemExit(f"gpu-cluster review failed:\n{proc.stderr}")
+            if i:  # the first run warms the byte-code caches of the base worktree
+                cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+                walls.append(wall)
+                cores.append(cpu / wall)
+    return {"wall_s": statistics.median(walls), "cores": statistics.median(cores)}
 
 
 def main() -> int:
@@ -95,23 +120,40 @@ def main() -> int:
     parser.add_argument("--sizes", default="1,8,64,256")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--stacks", default=",".join(STACKS))
+    parser.add_argument("--parts", default="render,plan,check,review",
+                        help="what to measure (comma-separated): render, plan, check, review")
     parser.add_argument("--json", help="also write the raw results here")
     args = parser.parse_args()
-    sizes = [int(s) for s in args.sizes.split(",")]
-    results = []
-    with tempfile.TemporaryDirectory(prefix="gpu-cluster-bench-") as tmp:
-        for stack in args.stacks.split(","):
-            for n in sizes:
-                results.append(measure(stack, n, args.runs, Path(tmp)))
-                print(f"  measured {stack} × {n} nodes", file=sys.stderr, flush=True)
-    plan_s = time_make_plan()
-    print(f"machine: {machine()}; {args.runs} runs per cell, medians\n")
-    print(table(results))
-    print("\ngrowth (ours):\n" + growth(results))
-    print(f"\nmake plan, six sample stacks, one process: {plan_s:.1f} s")
+    parts = set(args.parts.split(","))
+    out: dict = {"machine": machine(), "runs": args.runs}
+    print(f"machine: {machine()}; {args.runs} runs per measurement, medians\n")
+    if "render" in parts:
+        sizes = [int(s) for s in args.sizes.split(",")]
+        results = []
+        with tempfile.TemporaryDirectory(prefix="gpu-cluster-bench-") as tmp:
+            for stack in args.stacks.split(","):
+                for n in sizes:
+                    results.append(measure(stack, n, args.runs, Path(tmp)))
+                    print(f"  measured {stack} × {n} nodes", file=sys.stderr, flush=True)
+        out["results"] = results
+        print(table(results))
+        print("\ngrowth (ours):\n" + growth(results))
+    if "plan" in parts:
+        from gpu_cluster.render import SAMPLE_STACKS
+
+        out["plan_s"] = time_make_plan()
+        print(f"\ngpu-cluster plan, the {len(SAMPLE_STACKS)} sample stacks, one process: {out['plan_s']:.1f} s")
+    if "check" in parts:
+        from bench import check_speed
+
+        out["check"] = check_speed.measure(runs=args.runs)
+        print("\ngpu-cluster check of a synthetic export:\n" + check_speed.report(out["check"]))
+    if "review" in parts:
+        out["review"] = time_review(args.runs)
+        print(f"\ngpu-cluster review --base HEAD, warm: {out['review']['wall_s']:.1f} s, "
+              f"{out['review']['cores']:.2f} cores busy on average (target < 10 s, both cores)")
     if args.json:
-        Path(args.json).write_text(json.dumps({"machine": machine(), "results": results, "make_plan_s": plan_s},
-                                              indent=1))
+        Path(args.json).write_text(json.dumps(out, indent=1))
     return 0
 
 

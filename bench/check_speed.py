@@ -67,22 +67,18 @@ def synthetic(target: int) -> dict:
     return {"version": 3, "deployment": {"manifest": {"magic": "bench/check_speed.py"}, "resources": resources[:target]}}
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--resources", type=int, default=38_000)
-    parser.add_argument("--runs", type=int, default=3)
-    args = parser.parse_args()
-
+def measure(resources: int = 38_000, runs: int = 3) -> dict:
+    """Median seconds of read, judge and the whole `check` process on a synthetic export."""
     from gpu_cluster.plan import Plan
     from gpu_cluster.policyrun import run_policies
 
-    doc = synthetic(args.resources)
+    doc = synthetic(resources)
     with tempfile.TemporaryDirectory(prefix="check-speed-") as tmp:
         path = Path(tmp) / "export.json"
         path.write_text(json.dumps(doc))
         size = path.stat().st_size
         reads, judges, checks, found = [], [], [], 0
-        for _ in range(args.runs):
+        for _ in range(runs):
             t0 = time.perf_counter()
             plan = Plan.load(path)
             t1 = time.perf_counter()
@@ -95,15 +91,29 @@ def main() -> int:
                                   capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
             checks.append(time.perf_counter() - t3)
             if proc.returncode not in (0, 1):
-                print(proc.stderr, file=sys.stderr)
-                return 2
-    n = len(plan.resources)
+                raise SystemExit(f"gpu-cluster check failed on the synthetic export:\n{proc.stderr}")
     read, judge, check = (statistics.median(x) for x in (reads, judges, checks))
-    print(f"export: {n:,} resources, {size / 1e6:.1f} MB; {found:,} violations found")
-    print(f"read   {read:6.2f} s   {n / read:10,.0f} resources/s")
-    print(f"judge  {judge:6.2f} s   {n / judge:10,.0f} resources/s")
-    print(f"read + judge {read + judge:6.2f} s   {n / (read + judge):10,.0f} resources/s   (target ≥ 5,000/s)")
-    print(f"gpu-cluster check (whole process) {check:6.2f} s   {n / check:10,.0f} resources/s")
+    return {"resources": len(plan.resources), "mb": size / 1e6, "violations": found, "read_s": read,
+            "judge_s": judge, "check_s": check}
+
+
+def report(m: dict) -> str:
+    n = m["resources"]
+    return "\n".join([
+        f"export: {n:,} resources, {m['mb']:.1f} MB; {m['violations']:,} violations found",
+        f"read   {m['read_s']:6.2f} s   {n / m['read_s']:10,.0f} resources/s",
+        f"judge  {m['judge_s']:6.2f} s   {n / m['judge_s']:10,.0f} resources/s",
+        f"read + judge {m['read_s'] + m['judge_s']:6.2f} s   {n / (m['read_s'] + m['judge_s']):10,.0f} resources/s"
+        f"   (target ≥ 5,000/s)",
+        f"gpu-cluster check (whole process) {m['check_s']:6.2f} s   {n / m['check_s']:10,.0f} resources/s"])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--resources", type=int, default=38_000)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    print(report(measure(args.resources, args.runs)))
     return 0
 
 

@@ -23,6 +23,8 @@ END = "<!-- config-table:end -->"
 def _type_name(annotation: typing.Any) -> str:
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
+    if origin is typing.Annotated:  # StrictInt, StrictStr, …: the underlying type
+        return _type_name(args[0])
     if origin is typing.Literal:
         return " \\| ".join(str(a) for a in args)
     if origin is typing.Union:
@@ -35,7 +37,7 @@ def _type_name(annotation: typing.Any) -> str:
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return "mapping"
     return {"str": "string", "int": "integer", "float": "number", "bool": "boolean",
-            "IPv4Network": "IPv4 CIDR"}.get(getattr(annotation, "__name__", str(annotation)), str(annotation))
+            "IPv4Network": "IPv4 CIDR", "date": "date (YYYY-MM-DD)"}.get(getattr(annotation, "__name__", str(annotation)), str(annotation))
 
 
 def _default(field: typing.Any) -> str:

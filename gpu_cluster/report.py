@@ -1,4 +1,4 @@
-"""The per-stack report beside each plan (DESIGN §5): what it is, what it costs, what it breaks.
+"""The per-stack report beside each plan: what it is, what it costs, what it breaks.
 
 Prices come from the stack's price book: the user price file (`--prices FILE`, or the stack config
 key `gpu-cluster:prices` — a path relative to the stack file; the option wins when both are given),

@@ -1,4 +1,4 @@
-"""Price sources: the example price file covers every item of the six samples; precedence price file →
+"""Price sources: the example price file covers every item of the sample stacks; precedence price file →
 cache → catalog; discounts; the stack config key; the report naming each line's source; and the
 price file's validation (one sentence naming the field)."""
 

@@ -15,6 +15,13 @@ def test_config_table_is_generated_from_the_models():
         "README's stack-file table is stale: run `./venv/bin/python -m gpu_cluster.config_table --write`")
 
 
+def test_the_table_speaks_the_users_words():
+    table = config_table.table()
+    for jargon in ("typing.", "Annotated", "Strict", "NoneType", "datetime.", "<class"):
+        assert jargon not in table, jargon
+    assert "| `nodes` | integer |" in table and "| `capacity.start_date` | date (YYYY-MM-DD) \\| null |" in table
+
+
 def test_every_spec_field_appears_in_the_table():
     table = config_table.table()
     for key in ("name", "network.existing_subnet_id", "storage.lustre.throughput_per_tib", "budget.emails", "tags"):
