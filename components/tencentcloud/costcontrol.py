@@ -50,6 +50,8 @@ program and the provider reads `zip_file` (a local path: resource_tc_scf_functio
 create and update). The file name carries the content hash because the provider updates the code only
 when the path changes (d.HasChange("zip_file"))."""
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)
+PROJECT = Path(__file__).resolve().parents[2]
+"""The Pulumi project directory (Pulumi.yaml), whatever the current directory of the caller."""
 
 
 def edge_minutes(events: Sequence[run_windows.Event], timezone: str) -> list[int]:
@@ -81,7 +83,7 @@ def code_package(timezone: Optional[str]) -> bytes:
     return out.getvalue()
 
 
-def write_package(data: bytes, root: Path = Path(".")) -> str:
+def write_package(data: bytes, root: Path = PROJECT) -> str:
     """Write the package once under CODE_DIR; its relative path (what zip_file holds)."""
     rel = CODE_DIR / f"cost-controls-{hashlib.sha256(data).hexdigest()[:16]}.zip"
     path = root / rel
