@@ -49,9 +49,16 @@ _ID_PATTERNS: dict[tuple[Cloud, str], str] = {
 
 @lru_cache(maxsize=1)
 def _time_zones() -> frozenset[str]:
+    """Geographic IANA names (Area/Location, and UTC) that the tzdata package ships: what EventBridge
+    Scheduler takes and what the Tencent function carries. POSIX-style and special entries
+    (EST5EDT, Factory, localtime, posixrules) are left out."""
     import zoneinfo
+    from importlib import resources
 
-    return frozenset(zoneinfo.available_timezones())
+    shipped = resources.files("tzdata.zoneinfo")
+    return frozenset(z for z in zoneinfo.available_timezones()
+                     if ("/" in z or z == "UTC") and not z.startswith(("Etc/", "SystemV/", "US/Pacific-New"))
+                     and shipped.joinpath(z).is_file())
 
 
 class _Model(BaseModel):
@@ -234,6 +241,8 @@ class Schedule(_Model):
         clash = windows.overlaps(parsed)
         if clash:
             raise ValueError(f"windows overlap on {', '.join(clash)}; give each hour of a day to one window")
+        if not windows.events(parsed):
+            raise ValueError("cover the whole week, so nothing would ever stop; leave schedule out to run all the time")
         return v
 
 
@@ -438,7 +447,7 @@ def _resolve(spec: ClusterSpec, regions: Mapping[str, Optional[str]]) -> Cluster
             problems.append(f"{where}={value!r} is not {what} id of {cloud}; allowed: ids like {pat}")
 
     problems += _tag_problems(cloud, spec.tags)
-    problems += _capacity_problems(spec)
+    problems += _capacity_problems(spec, shape.type, region)
     egress = spec.network.egress_mbps
     if cloud == "aws" and egress is not None:
         problems.append(f"cluster.network.egress_mbps={egress}: AWS NAT gateways scale their bandwidth by themselves "
@@ -571,7 +580,7 @@ def stop_problems(spec: "ClusterSpec", shape: Shape) -> list[str]:
             for key, on in (("schedule", spec.schedule is not None), ("idle_stop", spec.idle_stop is not None)) if on]
 
 
-def _capacity_problems(spec: "ClusterSpec") -> list[str]:
+def _capacity_problems(spec: "ClusterSpec", shape_type: str = "", region: str = "") -> list[str]:
     """Cost controls and bought-ahead capacity, refused where they make no sense."""
     problems = []
     cloud, cap = spec.cloud, spec.capacity
@@ -583,25 +592,15 @@ def _capacity_problems(spec: "ClusterSpec") -> list[str]:
         problems.append(f"cluster.capacity.type={cap.type!r} with purchase={spec.purchase}: reserved and prepaid "
                         f"capacity is bought for on-demand nodes; allowed: purchase: on_demand")
     given = {k for k in ("start_date", "duration_hours", "reservation_id", "months") if getattr(cap, k) is not None}
+    given |= {"auto_renew"} & cap.model_fields_set
     allowed_keys = {"none": set(), "odcr": {"reservation_id"}, "capacity_block": {"start_date", "duration_hours",
                                                                                   "reservation_id"},
-                    "prepaid": {"months"}}[cap.type]
+                    "prepaid": {"months", "auto_renew"}}[cap.type]
     for key in sorted(given - allowed_keys):
         problems.append(f"cluster.capacity.{key} is not used by capacity.type={cap.type!r}; allowed keys: "
                         f"{', '.join(sorted(allowed_keys | {'type'}))}")
-    if cap.type == "capacity_block" and cap.reservation_id is None:
-        block = catalog.limit("aws", "capacity_block")
-        if cap.start_date is None or cap.duration_hours is None:
-            problems.append("cluster.capacity: a capacity_block needs start_date and duration_hours (or the "
-                            "reservation_id of a block bought already)")
-        elif not _block_duration_ok(cap.duration_hours, block):
-            problems.append(f"cluster.capacity.duration_hours={cap.duration_hours} is not a Capacity Block length; "
-                            f"allowed: {block['day_step_hours']}-{block['day_steps_up_to_hours']} in steps of "
-                            f"{block['day_step_hours']}, then up to {block['max_hours']} in steps of "
-                            f"{block['week_step_hours']}")
-        if spec.nodes not in block["instance_counts"]:
-            problems.append(f"cluster.nodes={spec.nodes} with capacity.type='capacity_block': blocks are sold for "
-                            f"{', '.join(map(str, block['instance_counts']))} instances")
+    if cap.type == "capacity_block":
+        problems += _block_problems(spec, shape_type, region)
     if cap.reservation_id is not None and not re.fullmatch(r"cr-[0-9a-f]{17}", cap.reservation_id):
         problems.append(f"cluster.capacity.reservation_id={cap.reservation_id!r} is not a capacity reservation id; "
                         f"allowed: ids like cr-[0-9a-f]{{17}}")
@@ -619,6 +618,42 @@ def _capacity_problems(spec: "ClusterSpec") -> list[str]:
             problems.append(f"cluster.{name} with capacity.type={cap.type!r}: reserved and prepaid capacity is billed "
                             f"whether the nodes run or not, so stopping them saves nothing; allowed: capacity.type: "
                             f"none, or leave {name} out")
+    return problems
+
+
+def _block_problems(spec: "ClusterSpec", shape_type: str, region: str,
+                    today: Optional[datetime.date] = None) -> list[str]:
+    """A Capacity Block as the API sells it: shapes and regions it is offered in, lengths, instance
+    counts, a start between today and the lead time (catalog limits capacity_block). With
+    reservation_id the block is bought already and only its shape and count matter."""
+    cap, block, problems = spec.capacity, catalog.limit("aws", "capacity_block"), []
+    offered = block["offered"]
+    if shape_type not in offered:
+        problems.append(f"cluster.instance_type={shape_type!r} with capacity.type='capacity_block': Capacity Blocks "
+                        f"are sold for {', '.join(offered)} (EC2 user guide, as of {block['offered_as_of']})")
+    elif region and region not in offered[shape_type]:
+        problems.append(f"aws:region={region!r} with capacity.type='capacity_block': {shape_type} blocks are sold in "
+                        f"{', '.join(offered[shape_type])} (EC2 user guide, as of {block['offered_as_of']})")
+    if spec.nodes not in block["instance_counts"]:
+        problems.append(f"cluster.nodes={spec.nodes} with capacity.type='capacity_block': blocks are sold for "
+                        f"{', '.join(map(str, block['instance_counts']))} instances")
+    if cap.reservation_id is not None:
+        return problems
+    if cap.start_date is None or cap.duration_hours is None:
+        problems.append("cluster.capacity: a capacity_block needs start_date and duration_hours to buy one, or the "
+                        "reservation_id of the block once bought")
+        return problems
+    if not _block_duration_ok(cap.duration_hours, block):
+        problems.append(f"cluster.capacity.duration_hours={cap.duration_hours} is not a Capacity Block length; "
+                        f"allowed: {block['day_step_hours']}-{block['day_steps_up_to_hours']} in steps of "
+                        f"{block['day_step_hours']}, then up to {block['max_hours']} in steps of "
+                        f"{block['week_step_hours']}")
+    today = today or datetime.datetime.now(datetime.timezone.utc).date()
+    last = today + datetime.timedelta(weeks=block["lead_weeks"])
+    if not today <= cap.start_date <= last:
+        problems.append(f"cluster.capacity.start_date={cap.start_date.isoformat()}: a Capacity Block can start from "
+                        f"today to {block['lead_weeks']} weeks ahead; allowed: {today.isoformat()} to "
+                        f"{last.isoformat()} (once bought, set capacity.reservation_id instead)")
     return problems
 
 

@@ -47,6 +47,8 @@ COST_CONTROLS_VARIABLE = "GPU_CLUSTER_COST_CONTROLS"
 """The environment variable of the Tencent cost-controls function holding its schedule
 (components/tencentcloud/scf_cost_controls.py)."""
 BLOCK_HOURS_TAG = "gpu-cluster:block-hours"
+BLOCK_SHAPE_TAG = "gpu-cluster:block-shape"
+BLOCK_COUNT_TAG = "gpu-cluster:block-count"
 WEEKS_PER_MONTH = HOURS_PER_MONTH / run_windows.HOURS_PER_WEEK
 
 CURRENCY = {"aws": "USD", "tencentcloud": "CNY"}
@@ -206,15 +208,15 @@ class _Pricer:
                                         monthly=None if price is None else round(price * qty, 2), **meta))
 
     def reserved_node(self, r: Resource, kind: str, instance_type: Optional[str], item: str, quantity: float,
-                      unit: str, note: str) -> None:
-        """A node whose capacity is bought ahead (a Capacity Block, a prepaid term), beside what it
-        would cost on demand all month."""
+                      unit: str, note: str, hours: float = HOURS_PER_MONTH) -> None:
+        """A node whose capacity is bought ahead (a Capacity Block, a prepaid term), beside what the same
+        `hours` of it would cost on demand."""
         key = instance_type or "unknown"
         self.add(f"GPU node {key} ({kind})", r, item, key, quantity, unit, note=note)
         line = self.cost.items[-1]
         on_demand, _ = self.unit("instance", key)
         self.reserved.append((kind, line.monthly if line.monthly is not None else None,
-                              None if on_demand is None else round(on_demand * HOURS_PER_MONTH, 2)))
+                              None if on_demand is None else round(on_demand * hours, 2)))
 
     def controls(self, plan: Plan, idle: bool, budget_cap: Optional[tuple[float, float]]) -> None:
         """The cost with and without each control, once every line is priced."""
@@ -232,7 +234,7 @@ class _Pricer:
                         "monthly_with": total if priced else None,
                         "monthly_without": (round(total - sum(m for m in reserved if m) + sum(on_demand), 2)
                                             if None not in on_demand else None),
-                        "note": "against the same nodes on demand all month"
+                        "note": "against the same node hours on demand"
                                 + ("" if priced else f"; no {kind} price in any source, so the cost with it is "
                                                      f"unknown")})
         if idle:
@@ -243,8 +245,9 @@ class _Pricer:
             nodes = sum(i.monthly for i in self.cost.items if i.item.startswith("GPU node") and i.monthly is not None)
             bound = round(min(total, cap + (total - nodes)), 2)
             out.append({"control": "budget.stop_at_pct", "monthly_with": bound, "monthly_without": total,
-                        "note": f"the GPU nodes stop at {pct:g} % of the budget ({cap:g}); the rest keeps billing "
-                                f"(an upper bound)"})
+                        "note": f"the GPU nodes stop once actual spend reaches {pct:g} % of the budget ({cap:g}) and "
+                                f"the rest keeps billing; AWS Budgets refreshes spend up to three times a day, so the "
+                                f"nodes may run some hours past it"})
 
 
 def _weekly_hours(events: list[tuple[str, str]]) -> Optional[float]:
@@ -298,10 +301,14 @@ def _aws(p: _Pricer, plan: Plan) -> None:
         market = (r.props.get("instanceMarketOptions") or {}).get("marketType") or (
             ((lt.props.get("instanceMarketOptions") or {}).get("marketType")) if lt else None)
         if market == "capacity-block":
-            if block_hours:
-                p.reserved_node(r, "capacity_block", itype, "capacity_block_hour", min(block_hours, HOURS_PER_MONTH),
+            hours_here = number((r.props.get("tags") or {}).get(BLOCK_HOURS_TAG)) or block_hours
+            if hours_here:
+                block_hours = hours_here
+                month_hours = min(block_hours, HOURS_PER_MONTH)
+                p.reserved_node(r, "capacity_block", itype, "capacity_block_hour", month_hours,
                                 "instance-hour", f"paid up front for the whole block: {block_hours:.0f} h"
-                                + (f", {HOURS_PER_MONTH} h of it a month" if block_hours > HOURS_PER_MONTH else ""))
+                                + (f", {HOURS_PER_MONTH} h of it a month" if block_hours > HOURS_PER_MONTH else ""),
+                                hours=month_hours)
             else:
                 p.cost.items.append(LineItem(
                     item=f"GPU node {itype} (capacity_block)", urn=r.urn, quantity=0, unit="instance-hour",
@@ -311,6 +318,18 @@ def _aws(p: _Pricer, plan: Plan) -> None:
             mine = scheduled_ids is None or bool({r.id, r.outputs.get("id")} & scheduled_ids)
             p.node(r, itype, 1, market == "spot", hours if mine else None)
         root_disks(lt, r, 1)
+    in_blocks = any(((r.props.get("instanceMarketOptions") or {}).get("marketType")) == "capacity-block"
+                    for r in plan.of_type(AWS_INSTANCE))
+    for b in plan.of_type(AWS_BLOCK) if not in_blocks else []:
+        # Bought by this update, before any node can launch into it (components/aws/compute.py).
+        tags = b.props.get("tags") or {}
+        hours, count = number(tags.get(BLOCK_HOURS_TAG)), int(number(tags.get(BLOCK_COUNT_TAG)) or 0)
+        if hours and count:
+            month_hours = min(hours, HOURS_PER_MONTH)
+            for _ in range(count):
+                p.reserved_node(b, "capacity_block", tags.get(BLOCK_SHAPE_TAG), "capacity_block_hour", month_hours,
+                                "instance-hour", f"bought by this update, paid up front for {hours:.0f} h; the "
+                                f"nodes launch once it starts", hours=month_hours)
     for r in plan.of_type(AWS_ASG):
         lt = template_of(r)
         count = int(number(r.props.get("desiredCapacity")) or number(r.props.get("minSize")) or 0)

@@ -36,6 +36,8 @@ TENCENT = {
 }
 REGIONS = {"aws": "us-east-1", "tencentcloud": "ap-guangzhou"}
 SCHEDULE = {"timezone": "America/New_York", "windows": ["Mon-Fri 08:00-20:00"]}
+SOON = (datetime.datetime.now(datetime.timezone.utc).date() + datetime.timedelta(days=14)).isoformat()
+P5 = {"tier": "large", "nodes": 2, "instance_type": "p5.48xlarge", "zone": "us-east-1a"}
 
 SCHEDULE_T = "aws:scheduler/schedule:Schedule"
 ALARM = "aws:cloudwatch/metricAlarm:MetricAlarm"
@@ -111,8 +113,12 @@ def test_a_stack_with_every_control_loads():
     ({"purchase": "spot", "schedule": SCHEDULE}, ["cluster.schedule", "one-time spot", "cannot be stopped"]),
     ({"capacity": {"type": "odcr"}, "idle_stop": {"gpu_util_below_pct": 5, "for_minutes": 60}},
      ["cluster.idle_stop", "billed whether the nodes run or not", "saves nothing"]),
-    ({"capacity": {"type": "capacity_block", "start_date": "2027-01-11", "duration_hours": 360}},
+    ({**P5, "capacity": {"type": "capacity_block", "start_date": SOON, "duration_hours": 360}},
      ["duration_hours=360", "24-336 in steps of 24", "4368 in steps of 168"]),
+    ({"capacity": {"type": "odcr", "auto_renew": False}}, ["cluster.capacity.auto_renew", "not used by"]),
+    ({"schedule": {"timezone": "UTC", "windows": ["Mon-Sun 00:00-24:00"]}}, ["whole week", "leave schedule out"]),
+    ({"schedule": {"timezone": "EST5EDT", "windows": ["Mon 09:00-17:00"]}}, ["EST5EDT", "IANA"]),
+    ({"schedule": {"timezone": "localtime", "windows": ["Mon 09:00-17:00"]}}, ["localtime", "IANA"]),
     ({"capacity": {"type": "odcr", "months": 3}}, ["cluster.capacity.months", "not used by capacity.type='odcr'"]),
     ({"capacity": {"type": "odcr", "reservation_id": "cr-123"}}, ["reservation_id='cr-123'", "cr-[0-9a-f]{17}"]),
 ])
@@ -121,8 +127,8 @@ def test_controls_that_make_no_sense_are_one_sentence(changes, fragments):
 
 
 def test_capacity_blocks_are_sold_in_powers_of_two_up_to_64():
-    cluster = merge(AWS, {"instance_type": "p5.48xlarge", "tier": "large", "nodes": 3,
-                          "capacity": {"type": "capacity_block", "start_date": "2027-01-11", "duration_hours": 336}})
+    cluster = merge(AWS, {**P5, "nodes": 3,
+                          "capacity": {"type": "capacity_block", "start_date": SOON, "duration_hours": 336}})
     one_problem(cluster, "cluster.nodes=3", "1, 2, 4, 8, 16, 32, 64")
     load_spec(merge(cluster, {"nodes": 2}), REGIONS)
     load_spec(merge(cluster, {"nodes": 2, "capacity": {"duration_hours": 21 * 24}}), REGIONS)
@@ -175,9 +181,12 @@ def test_aws_run_windows_are_scheduler_schedules_on_the_nodes(sample_plan):
         assert s["target"]["arn"] == f"arn:aws:scheduler:::aws-sdk:ec2:{action}"
         assert sorted(json.loads(s["target"]["input"])["InstanceIds"]) == node_ids
     assert _trust(plan, "scheduler-role") == {"scheduler.amazonaws.com"}
-    [statement] = _policy(plan, "scheduler-start-stop")["Statement"]
+    statement, grant = _policy(plan, "scheduler-start-stop")["Statement"]
     assert sorted(statement["Action"]) == ["ec2:StartInstances", "ec2:StopInstances"]
     assert all(arn.endswith(tuple(node_ids)) and ":instance/" in arn for arn in statement["Resource"])
+    assert grant["Action"] == ["kms:CreateGrant"]  # only for EC2's own use, through EC2 in this region
+    assert grant["Condition"] == {"Bool": {"kms:GrantIsForAWSResource": "true"},
+                                  "StringEquals": {"kms:ViaService": "ec2.us-east-1.amazonaws.com"}}
 
 
 def test_aws_idle_stop_is_an_alarm_with_the_ec2_stop_action(sample_plan):
@@ -192,18 +201,31 @@ def test_aws_idle_stop_is_an_alarm_with_the_ec2_stop_action(sample_plan):
 
 def test_aws_budget_stop_is_a_budgets_action_on_the_nodes(sample_plan):
     plan = sample_plan("aws-scheduled")
-    action = plan.one(ACTION).inputs
-    assert (action["actionType"], action["approvalModel"], action["notificationType"]) == (
-        "RUN_SSM_DOCUMENTS", "AUTOMATIC", "ACTUAL")
-    assert action["actionThreshold"] == {"actionThresholdType": "PERCENTAGE", "actionThresholdValue": 100}
-    ssm = action["definition"]["ssmActionDefinition"]
+    actions = {r.name.rsplit("-", 2)[-2] + "-" + r.name.rsplit("-", 1)[-1]: r.inputs for r in plan.of_type(ACTION)}
+    stop, hold = actions["budget-stop"], actions["hold-starts"]
+    for action in (stop, hold):
+        assert (action["approvalModel"], action["notificationType"]) == ("AUTOMATIC", "ACTUAL")
+        assert action["actionThreshold"] == {"actionThresholdType": "PERCENTAGE", "actionThresholdValue": 100}
+        assert {"address": "mlops@example.com", "subscriptionType": "EMAIL"} in action["subscribers"]
+    assert stop["actionType"] == "RUN_SSM_DOCUMENTS"
+    ssm = stop["definition"]["ssmActionDefinition"]
     assert ssm["actionSubType"] == "STOP_EC2_INSTANCES" and ssm["instanceIds"] == [plan.one(INSTANCE).id]
-    assert {"address": "mlops@example.com", "subscriptionType": "EMAIL"} in action["subscribers"]
     assert _trust(plan, "budget-stop-role") == {"budgets.amazonaws.com"}
     statements = _policy(plan, "budget-stop-policy")["Statement"]
-    actions = sorted(a for s in statements for a in s["Action"])
-    assert actions == ["ec2:DescribeInstanceStatus", "ec2:StopInstances", "ssm:StartAutomationExecution"]
+    actions_allowed = sorted(a for s in statements for a in s["Action"])
+    assert actions_allowed == ["ec2:DescribeInstanceStatus", "ec2:StopInstances", "ssm:StartAutomationExecution"]
     assert all("ssm.amazonaws.com" in json.dumps(s.get("Condition")) for s in statements if s["Action"][0][:4] == "ec2:")
+    # The run windows may not start the nodes again: a Deny on the schedules' role, attached by Budgets.
+    scheduler_role = next(r for r in plan.of_type(ROLE) if "scheduler-role" in r.name)
+    assert hold["actionType"] == "APPLY_IAM_POLICY"
+    assert hold["definition"]["iamActionDefinition"]["roles"] == [scheduler_role.outputs["name"]]
+    deny = next(r for r in plan.of_type("aws:iam/policy:Policy") if r.name.endswith("hold-starts"))
+    assert hold["definition"]["iamActionDefinition"]["policyArn"] == deny.outputs["arn"]
+    [statement] = json.loads(deny.inputs["policy"])["Statement"]
+    assert (statement["Effect"], statement["Action"]) == ("Deny", ["ec2:StartInstances"])
+    [attach] = _policy(plan, "budget-hold-policy")["Statement"]
+    assert attach["Resource"] == scheduler_role.outputs["arn"]
+    assert attach["Condition"] == {"ArnEquals": {"iam:PolicyARN": deny.outputs["arn"]}}
 
 
 def test_a_stack_without_controls_has_no_control_resources(sample_plan):
@@ -212,19 +234,49 @@ def test_a_stack_without_controls_has_no_control_resources(sample_plan):
     assert not [r for r in plan.of_type(ALARM) if r.name.endswith("idle-stop")]
 
 
-def test_a_capacity_block_is_bought_once_and_the_nodes_launch_into_it(sample_plan):
-    plan = sample_plan("aws-reserved")
+BUY = {"capacity": {"reservation_id": None, "start_date": SOON, "duration_hours": 336}}
+
+
+def test_step_one_buys_the_block_and_launches_no_node(render_cluster):
+    plan = render_cluster("aws-reserved", BUY)
     block = plan.one(BLOCK)
     assert block.inputs["instancePlatform"] == "Linux/UNIX"
-    assert block.inputs["tags"]["gpu-cluster:block-hours"] == "336"
-    assert not plan.of_type(PG)  # AWS packs a block's instances itself
-    for node in plan.of_type(INSTANCE):
+    assert {k: block.inputs["tags"][k] for k in ("gpu-cluster:block-hours", "gpu-cluster:block-shape",
+                                                   "gpu-cluster:block-count")} == {
+        "gpu-cluster:block-hours": "336", "gpu-cluster:block-shape": "p5.48xlarge", "gpu-cluster:block-count": "2"}
+    assert not plan.of_type(INSTANCE)  # EC2 launches into a block only once it is active
+    assert run_policies(plan) == []
+    cost = pricing.price_plan(plan, load_book(cache=None))
+    lines = [i for i in cost.items if "capacity_block" in i.item]
+    assert [(i.quantity, i.unit_price) for i in lines] == [(336, 39.33), (336, 39.33)] and all(i.estimate for i in lines)
+    [control] = [c for c in cost.controls if c["control"] == "capacity capacity_block"]
+    p5 = catalog.shape("aws", "p5.48xlarge").price_hourly
+    assert control["monthly_without"] - control["monthly_with"] == pytest.approx(2 * 336 * (p5 - 39.33), abs=0.1)
+    assert block_window(datetime.date(2027, 1, 11), 336) == ("2027-01-11T00:00:00Z", "2027-01-26T00:00:00Z")
+
+
+def test_step_two_launches_the_nodes_into_the_block(sample_plan):
+    plan = sample_plan("aws-reserved")
+    assert not plan.of_type(BLOCK) and not plan.of_type(PG)  # AWS packs a block's instances itself
+    nodes = plan.of_type(INSTANCE)
+    assert len(nodes) == 2
+    for node in nodes:
         assert node.inputs["instanceMarketOptions"] == {"marketType": "capacity-block"}
         target = node.inputs["capacityReservationSpecification"]["capacityReservationTarget"]
-        assert target["capacityReservationId"] == block.id
+        assert target["capacityReservationId"] == "cr-0a1b2c3d4e5f60718"
     assert run_policies(plan) == []
-    assert block_window(datetime.date(2027, 1, 11), 336) == ("2027-01-11T00:00:00Z", "2027-01-26T00:00:00Z")
     assert not wants_placement_group(2, "large", "capacity_block")
+
+
+def test_capacity_blocks_are_refused_where_aws_does_not_sell_them():
+    large = merge(AWS, {"zone": "us-east-1a", "tier": "large", "nodes": 2, "instance_type": "p5.48xlarge"})
+    block = {"type": "capacity_block", "start_date": SOON, "duration_hours": 48}
+    load_spec(merge(large, {"capacity": block}), REGIONS)
+    one_problem(merge(AWS, {"capacity": block}), "instance_type='g5.xlarge'", "p5.48xlarge")
+    one_problem(merge(large, {"instance_type": "p4d.24xlarge", "tier": "mid", "nodes": 2, "capacity": block}),
+                "aws:region='us-east-1'", "us-east-2, us-west-2")
+    for when in ("2020-01-01", (datetime.date.today() + datetime.timedelta(weeks=10)).isoformat()):
+        one_problem(merge(large, {"capacity": {**block, "start_date": when}}), f"start_date={when}", "8 weeks")
 
 
 def test_placement_required_credits_a_block_only_with_its_reservation():
@@ -255,6 +307,7 @@ def test_tencent_controls_are_one_function_with_timer_triggers(sample_plan):
     plan = sample_plan("tencent-scheduled")
     fn = plan.one(SCF).inputs
     assert (fn["runtime"], fn["handler"]) == ("Python3.9", "index.main")
+    assert fn["enablePublicNet"] is True  # no VPC: the API endpoints are on the public network
     triggers = {t["name"]: t for t in fn["triggers"]}
     assert triggers["windows"] == {"name": "windows", "type": "timer", "triggerDesc": "0 0 * * * * *"}
     assert triggers["idle"]["triggerDesc"] == "0 */5 * * * * *"
@@ -385,6 +438,14 @@ def test_idle_stop_stops_only_running_nodes_idle_in_every_period():
     assert (request["Namespace"], request["MetricName"], request["Period"]) == ("QCE/CVM", "GpuUtil", 300)
 
 
+def test_idle_stop_asks_cloud_monitor_ten_nodes_at_a_time():
+    nodes = [f"ins-{i:02d}" for i in range(23)]
+    cloud = FakeCloud({n: "RUNNING" for n in nodes})
+    handler.run({**CONFIG, "nodes": nodes, "gpu_nodes": nodes}, "idle", cloud, at(2027, 3, 1, 15, 0), None)
+    asked = [[i["Dimensions"][0]["Value"] for i in p["Instances"]] for a, p in cloud.calls if a == "GetMonitorData"]
+    assert [len(batch) for batch in asked] == [10, 10, 3] and sum(asked, []) == nodes
+
+
 def test_missing_data_is_never_idle():
     now = 1_800_000_000
     gappy = [{"Dimensions": [{"Name": "InstanceId", "Value": "ins-a"}],
@@ -404,7 +465,17 @@ def test_the_estimate_counts_only_scheduled_hours(sample_plan):
     assert schedule["monthly_with"] == cost.total
     assert schedule["monthly_without"] == pytest.approx(cost.total + node.unit_price * (730 - node.quantity), abs=0.05)
     assert controls["idle_stop"]["monthly_with"] is None
-    assert controls["budget.stop_at_pct"]["monthly_with"] <= 400 + cost.total - node.monthly
+    assert controls["budget.stop_at_pct"]["monthly_with"] == cost.total  # 319 USD < the 400 USD stop: no cut
+
+
+def test_a_budget_stop_below_the_estimate_caps_the_node_spend(render_cluster):
+    plan = render_cluster("aws-scheduled", {"budget": {"monthly_limit": 100, "stop_at_pct": 50,
+                                                       "thresholds_pct": [50]}})
+    cost = pricing.price_plan(plan, load_book(cache=None))
+    [node] = [i for i in cost.items if i.item.startswith("GPU nodes")]
+    [stop] = [c for c in cost.controls if c["control"] == "budget.stop_at_pct"]
+    assert stop["monthly_without"] == cost.total
+    assert stop["monthly_with"] == pytest.approx(50 + (cost.total - node.monthly), abs=0.01)  # nodes stop at 50 USD
 
 
 def test_tencent_scheduled_hours_come_from_the_function(sample_plan):
@@ -413,14 +484,17 @@ def test_tencent_scheduled_hours_come_from_the_function(sample_plan):
     assert node.quantity == pytest.approx(66 * 730 / 168, abs=0.01)
 
 
-def test_capacity_blocks_and_prepaid_terms_are_priced_from_the_price_sources(sample_plan):
-    cost = pricing.price_plan(sample_plan("aws-reserved"), load_book(cache=None))
-    blocks = [i for i in cost.items if "capacity_block" in i.item]
-    assert len(blocks) == 2 and all(i.quantity == 336 and i.unit_price == 39.33 and i.estimate for i in blocks)
-    [block] = [c for c in cost.controls if c["control"] == "capacity capacity_block"]
-    assert block["monthly_without"] > block["monthly_with"]
+def test_prepaid_terms_are_priced_from_the_price_sources_or_listed_unpriced(sample_plan):
     prepaid = pricing.price_plan(sample_plan("tencent-prepaid"), load_book(cache=None))
     assert [i.item for i in prepaid.unpriced if "prepaid" in i.item]  # no public prepaid price: unpriced, not 0
     example = ROOT / "examples" / "prices.example.yaml"
     priced = pricing.price_plan(sample_plan("tencent-prepaid"), load_book(example, cache=None))
     assert [i.monthly for i in priced.items if "prepaid" in i.item] == [42000.0, 42000.0]
+    [control] = [c for c in priced.controls if c["control"] == "capacity prepaid"]
+    assert control["monthly_without"] - control["monthly_with"] == pytest.approx(2 * (80.0 * 730 - 42000), abs=0.1)
+
+
+def test_a_block_bought_earlier_is_priced_over_its_hours(sample_plan):
+    cost = pricing.price_plan(sample_plan("aws-reserved"), load_book(cache=None))
+    blocks = [i for i in cost.items if "capacity_block" in i.item]
+    assert len(blocks) == 2 and all(i.quantity == 336 and i.unit_price == 39.33 for i in blocks)

@@ -68,10 +68,11 @@ class ClusterComponent(pulumi.ComponentResource):
             lustre_mount_name=storage.fsx_mount_name, data_volume_ids=storage.data_volume_ids,
             data_disk_gb=spec.storage.data_disk_gb, capacity=spec.capacity), child)
 
+        controls = spec.schedule is not None or spec.idle_stop is not None or spec.budget.stop_at_pct is not None
         Monitoring(f"{name}-monitoring", MonitoringArgs(
-            node_ids=compute.node_ids, topic_arn=budget.topic_arn, tags=tags), child)
+            node_ids=compute.node_ids, topic_arn=budget.topic_arn, tags=tags, stopped_by_controls=controls), child)
 
-        if spec.schedule is not None or spec.idle_stop is not None or spec.budget.stop_at_pct is not None:
+        if controls:
             CostControls(f"{name}-cost-controls", CostControlArgs(
                 cluster_name=name, region=cluster.region, account_id=account_id, partition=partition,
                 node_ids=compute.node_ids, gpu_node_ids=compute.node_ids, tags=tags, topic_arn=budget.topic_arn,
@@ -88,8 +89,11 @@ class ClusterComponent(pulumi.ComponentResource):
             "checkpoint_bucket": storage.bucket_name,
             "budget_name": budget.budget_name,
             "alarm_topic_arn": budget.topic_arn,
-            "connect": pulumi.Output.concat("aws ssm start-session --target ", compute.node_ids[0],
-                                            " --region ", cluster.region),
+            "connect": (pulumi.Output.concat("aws ssm start-session --target ", compute.node_ids[0],
+                                             " --region ", cluster.region) if compute.node_ids else
+                        pulumi.Output.from_input("no nodes yet: the Capacity Block is bought; when it starts, set "
+                                                 "capacity.reservation_id to capacity_reservation_id and run "
+                                                 "pulumi up again")),
         }
         if compute.reservation_id is not None:
             self.exports["capacity_reservation_id"] = compute.reservation_id

@@ -65,6 +65,8 @@ def network_interfaces(efa_interfaces: int) -> list[NetworkInterface]:
 
 
 BLOCK_HOURS_TAG = "gpu-cluster:block-hours"
+BLOCK_SHAPE_TAG = "gpu-cluster:block-shape"
+BLOCK_COUNT_TAG = "gpu-cluster:block-count"
 
 
 def wants_placement_group(nodes: int, tier: str, capacity_type: str = "none") -> bool:
@@ -217,7 +219,15 @@ class Compute(pulumi.ComponentResource):
         self.role_arn = role.arn
 
         self.node_ids = []
-        for i in range(args.nodes):
+        self.awaiting_block = (args.capacity is not None and args.capacity.type == "capacity_block"
+                               and not args.capacity.reservation_id)
+        # Buying a Capacity Block and launching into it are two updates: EC2 launches instances into a
+        # block only once it is active, at its start (EC2 user guide, "Use Capacity Blocks":
+        # docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-blocks-using.html), while the purchase
+        # completes as soon as the block is scheduled (ec2_capacity_block_reservation.go waits for
+        # active or scheduled). The first update buys it; with capacity.reservation_id set, the next
+        # one launches the nodes (components/aws/notes.py says so in the plan).
+        for i in range(0 if self.awaiting_block else args.nodes):
             volume = args.data_volume_ids[i] if i < len(args.data_volume_ids) else None
             node = self._node(name, i, args, template, volume)
             self.node_ids.append(node.id)
@@ -265,7 +275,8 @@ class Compute(pulumi.ComponentResource):
             res_name, capacity_block_offering_id=offering_id, instance_platform="Linux/UNIX",
             # The block's length, for the pricer and the reader: the reservation's own end_date is known
             # only after the purchase.
-            tags=tagged({**args.tags, BLOCK_HOURS_TAG: str(cap.duration_hours)}, res_name),
+            tags=tagged({**args.tags, BLOCK_HOURS_TAG: str(cap.duration_hours), BLOCK_SHAPE_TAG: args.shape.type,
+                         BLOCK_COUNT_TAG: str(args.nodes)}, res_name),
             opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True,
                                         ignore_changes=["capacityBlockOfferingId"])).id
 
@@ -368,6 +379,9 @@ class Compute(pulumi.ComponentResource):
                 volume_size=args.root_gb, volume_type="gp3", encrypted=True, delete_on_termination=True),
             # The data volume's id as a tag, which the boot config reads from the instance metadata.
             tags=tagged(args.tags, node_name, **{"gpu-cluster:node": str(index), "gpu-cluster:market": how},
-                        **({DATA_VOLUME_TAG: data_volume} if data_volume is not None else {})),
+                        **({DATA_VOLUME_TAG: data_volume} if data_volume is not None else {}),
+                        **({BLOCK_HOURS_TAG: str(args.capacity.duration_hours)}
+                           if args.capacity is not None and args.capacity.type == "capacity_block"
+                           and args.capacity.duration_hours else {})),
             opts=pulumi.ResourceOptions(parent=self, ignore_changes=["launchTemplate"]),
         )

@@ -66,24 +66,32 @@ class CostControls(pulumi.ComponentResource):
         super().__init__("gpu-cluster:aws:CostControls", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         self.schedule_names: list[pulumi.Output[str]] = []
+        self.scheduler_role: Optional[aws.iam.Role] = None
         if args.schedule is not None:
-            self._schedules(name, args, child)
+            self.scheduler_role = self._schedules(name, args, child)
         if args.idle_stop is not None:
             self._idle_stop(name, args, child)
         if args.stop_at_pct is not None:
             self._budget_stop(name, args, child)
         self.register_outputs({"schedule_names": self.schedule_names})
 
-    def _schedules(self, name: str, args: CostControlArgs, child: pulumi.ResourceOptions) -> None:
+    def _schedules(self, name: str, args: CostControlArgs, child: pulumi.ResourceOptions) -> aws.iam.Role:
         role_name = f"{name}-scheduler-role"
         role = aws.iam.Role(role_name, assume_role_policy=assume_role_policy("scheduler.amazonaws.com"),
                             description=f"Starts and stops the nodes of {args.cluster_name} in their run windows",
                             tags=tagged(args.tags, role_name), opts=child)
         policy = aws.iam.RolePolicy(
             f"{name}-scheduler-start-stop", role=role.id,
-            policy=policy_output([{"Sid": "StartStopTheClusterNodes", "Effect": "Allow",
-                                   "Action": ["ec2:StartInstances", "ec2:StopInstances"],
-                                   "Resource": _instance_arns(args)}]),
+            policy=policy_output([
+                {"Sid": "StartStopTheClusterNodes", "Effect": "Allow",
+                 "Action": ["ec2:StartInstances", "ec2:StopInstances"], "Resource": _instance_arns(args)},
+                # Starting an instance whose EBS volumes use a customer-managed key makes EC2 create a
+                # grant on the caller's behalf (EC2 user guide, "How EBS encryption works"; AWS KMS
+                # developer guide, "How Amazon EBS uses AWS KMS"): allowed for EC2's own use only.
+                {"Sid": "StartNodesWithEncryptedVolumes", "Effect": "Allow", "Action": ["kms:CreateGrant"],
+                 "Resource": "*", "Condition": {"Bool": {"kms:GrantIsForAWSResource": "true"},
+                                                "StringEquals": {"kms:ViaService": f"ec2.{args.region}.amazonaws.com"}}},
+            ]),
             opts=child)
         group_name = f"{name}-schedules"
         group = aws.scheduler.ScheduleGroup(group_name, tags=tagged(args.tags, group_name), opts=child)
@@ -106,6 +114,7 @@ class CostControls(pulumi.ComponentResource):
                     arn=f"arn:aws:scheduler:::aws-sdk:ec2:{action}", role_arn=role.arn, input=instances),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[policy]))
             self.schedule_names.append(schedule.name)
+        return role
 
     def _idle_stop(self, name: str, args: CostControlArgs, child: pulumi.ResourceOptions) -> None:
         from components.aws.monitoring import GPU_UTILISATION, NAMESPACE
@@ -137,7 +146,7 @@ class CostControls(pulumi.ComponentResource):
         # docs.aws.amazon.com/cost-management/latest/userguide/budgets-action-role.html; the managed
         # policy: docs.aws.amazon.com/aws-managed-policy/latest/reference/
         # AWSBudgetsActions_RolePolicyForResourceAdministrationWithSSM.html).
-        ssm = pulumi.Output.concat("arn:", args.partition, ":ssm:", args.region, ":", args.account_id)
+        ssm = pulumi.Output.concat("arn:", args.partition, ":ssm:", args.region, ":*")
         policy = aws.iam.RolePolicy(
             f"{name}-budget-stop-policy", role=role.id,
             policy=policy_output([
@@ -154,21 +163,50 @@ class CostControls(pulumi.ComponentResource):
                      pulumi.Output.concat(ssm, ":automation-definition/AWS-StopEC2Instance:*")]},
             ]),
             opts=child)
-        aws.budgets.BudgetAction(
-            f"{name}-budget-stop",
-            budget_name=args.budget_name,
-            action_type="RUN_SSM_DOCUMENTS",
-            approval_model="AUTOMATIC",
-            notification_type="ACTUAL",
+        common = dict(
+            budget_name=args.budget_name, approval_model="AUTOMATIC", notification_type="ACTUAL",
             action_threshold=aws.budgets.BudgetActionActionThresholdArgs(
                 action_threshold_type="PERCENTAGE", action_threshold_value=float(args.stop_at_pct)),
+            execution_role_arn=role.arn,
+            subscribers=[aws.budgets.BudgetActionSubscriberArgs(address=e, subscription_type="EMAIL")
+                         for e in args.emails] + [
+                aws.budgets.BudgetActionSubscriberArgs(address=args.topic_arn, subscription_type="SNS")])
+        aws.budgets.BudgetAction(
+            f"{name}-budget-stop",
+            action_type="RUN_SSM_DOCUMENTS",
             definition=aws.budgets.BudgetActionDefinitionArgs(
                 ssm_action_definition=aws.budgets.BudgetActionDefinitionSsmActionDefinitionArgs(
                     action_sub_type="STOP_EC2_INSTANCES", instance_ids=list(args.gpu_node_ids),
                     region=args.region)),
-            execution_role_arn=role.arn,
-            subscribers=[aws.budgets.BudgetActionSubscriberArgs(address=e, subscription_type="EMAIL")
-                         for e in args.emails] + [
-                aws.budgets.BudgetActionSubscriberArgs(address=args.topic_arn, subscription_type="SNS")],
             tags=tagged(args.tags, f"{name}-budget-stop"),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[policy]))
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[policy]), **common)
+        if self.scheduler_role is not None:
+            self._hold_starts(name, args, role, common, child)
+
+    def _hold_starts(self, name: str, args: CostControlArgs, budget_role: aws.iam.Role, common: dict,
+                     child: pulumi.ResourceOptions) -> None:
+        """Keep the run windows from starting the stopped nodes again: at the same threshold a second
+        action attaches a Deny of ec2:StartInstances to the scheduler's role (AWS Budgets API,
+        "IamActionDefinition"), which stays until the action is reversed."""
+        deny_name = f"{name}-hold-starts"
+        deny = aws.iam.Policy(
+            deny_name, description=f"Attached by AWS Budgets at {args.stop_at_pct} %: the run windows of "
+                                   f"{args.cluster_name} may not start its nodes",
+            policy=policy_output([{"Sid": "NoStartsOverBudget", "Effect": "Deny", "Action": ["ec2:StartInstances"],
+                                   "Resource": _instance_arns(args)}]),
+            tags=tagged(args.tags, deny_name), opts=child)
+        attach = aws.iam.RolePolicy(
+            f"{name}-budget-hold-policy", role=budget_role.id,
+            policy=policy_output([{
+                "Sid": "AttachTheHoldToTheSchedulerRoleOnly", "Effect": "Allow",
+                "Action": ["iam:AttachRolePolicy", "iam:DetachRolePolicy"], "Resource": self.scheduler_role.arn,
+                "Condition": {"ArnEquals": {"iam:PolicyARN": deny.arn}}}]),
+            opts=child)
+        aws.budgets.BudgetAction(
+            f"{name}-budget-hold-starts",
+            action_type="APPLY_IAM_POLICY",
+            definition=aws.budgets.BudgetActionDefinitionArgs(
+                iam_action_definition=aws.budgets.BudgetActionDefinitionIamActionDefinitionArgs(
+                    policy_arn=deny.arn, roles=[self.scheduler_role.name])),
+            tags=tagged(args.tags, f"{name}-budget-hold-starts"),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[attach]), **common)

@@ -56,6 +56,8 @@ class MonitoringArgs:
     topic_arn: pulumi.Input[str]
     """Where alarms (and their recovery) are sent."""
     tags: Mapping[str, str]
+    stopped_by_controls: bool = False
+    """Cost controls stop the nodes on purpose: a stopped node sends no metrics, which is then no alarm."""
 
 
 class Monitoring(pulumi.ComponentResource):
@@ -87,7 +89,7 @@ class Monitoring(pulumi.ComponentResource):
                   namespace=NAMESPACE, metric_name=GPU_UTILISATION, dimensions=node, statistic="Average",
                   period=IDLE_PERIOD_S, evaluation_periods=IDLE_PERIODS, threshold=IDLE_BELOW_PCT,
                   comparison_operator="LessThanThreshold", treat_missing_data="missing",
-                  insufficient_data_actions=actions)
+                  insufficient_data_actions=[] if args.stopped_by_controls else actions)
             alarm(f"{name}-node-{i}-gpu-hot",
                   alarm_description=f"A GPU of {name} node {i} above {HOT_ABOVE_C} °C for 10 min",
                   namespace=NAMESPACE, metric_name=GPU_TEMPERATURE, dimensions=node, statistic="Maximum",
@@ -97,6 +99,7 @@ class Monitoring(pulumi.ComponentResource):
                   alarm_description=f"EC2 status check of {name} node {i} failing (instance or host)",
                   namespace="AWS/EC2", metric_name="StatusCheckFailed", dimensions=node, statistic="Maximum",
                   period=60, evaluation_periods=3, threshold=1,
-                  comparison_operator="GreaterThanOrEqualToThreshold", treat_missing_data="missing")
+                  comparison_operator="GreaterThanOrEqualToThreshold",
+                  treat_missing_data="notBreaching" if args.stopped_by_controls else "missing")
 
         self.register_outputs({"alarm_arns": self.alarm_arns})

@@ -66,26 +66,36 @@ def cost_control_notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
                    f"EC2 alarm actions itself at the first such alarm, so whoever runs `pulumi up` needs "
                    f"iam:CreateServiceLinkedRole (CloudWatch API reference, PutMetricAlarm)")
     if spec.budget.stop_at_pct is not None:
+        hold = (" and a second action attaches a Deny of ec2:StartInstances to the schedules' role, so the run "
+                "windows do not start them again; reverse both actions in the AWS Budgets console once the budget "
+                "allows" if spec.schedule is not None else "; nothing starts them again: start them by hand once "
+                "the budget allows")
         out.append(f"budget.stop_at_pct={spec.budget.stop_at_pct}: an AWS Budgets action runs the AWS-StopEC2Instance "
                    f"automation on {what} when actual spend reaches {spec.budget.stop_at_pct} % of "
-                   f"{spec.budget.monthly_limit:g} a month; nothing starts them again: start them by hand (or at the "
-                   f"next window) once the budget allows")
+                   f"{spec.budget.monthly_limit:g} a month{hold}. AWS Budgets refreshes spend up to three times a day, "
+                   f"so the nodes may run some hours past the threshold (AWS Cost Management user guide, \"Managing your costs with AWS Budgets\")")
     if spec.schedule is not None or spec.idle_stop is not None or spec.budget.stop_at_pct is not None:
         stopped = ("a stopped node keeps its EBS volumes (billed) and loses /scratch: instance-store NVMe data does "
                    "not survive a stop (EC2 user guide, \"Instance store volume lifetime\")" if spec.storage.scratch ==
                    "nvme" else "a stopped node keeps its EBS volumes (billed)")
         out.append(f"stopping: {stopped}; FSx, the NAT gateway and the bucket keep billing. A stopped {shape.type} "
-                   f"starts again only when the zone has the capacity (InsufficientInstanceCapacity otherwise); "
-                   f"capacity.type odcr holds it, billed whether the nodes run or not")
+                   f"starts again only when the zone has the capacity (InsufficientInstanceCapacity otherwise)")
     cap = spec.capacity
     if cap.type == "odcr":
         out.append(f"capacity.type=odcr: an On-Demand Capacity Reservation for {spec.nodes} x {shape.type} in the "
                    f"placement group, billed at the on-demand rate while it is active whether the nodes run or not "
                    f"(EC2 user guide, \"Capacity Reservation pricing and billing\"); destroying the stack cancels it")
+    elif cap.type == "capacity_block" and cap.reservation_id is None:
+        out.append(f"capacity.type=capacity_block, step 1 of 2: `pulumi up` buys a Capacity Block of {spec.nodes} x "
+                   f"{shape.type} for {cap.duration_hours} h from {cap.start_date} (paid up front, cannot be "
+                   f"cancelled: `pulumi destroy` only forgets it, provider doc ec2_capacity_block_reservation) and "
+                   f"launches no GPU node, because EC2 launches into a block only once it is active. Step 2, on "
+                   f"the start day (blocks start and end at 11:30 UTC): set capacity.reservation_id to the stack "
+                   f"output capacity_reservation_id and run `pulumi up` again to launch the nodes "
+                   f"(EC2 user guide, \"Find and purchase Capacity Blocks\", \"Use Capacity Blocks\")")
     elif cap.type == "capacity_block":
-        out.append("capacity.type=capacity_block: the Capacity Block is paid up front when `pulumi up` buys it and "
-                   "cannot be cancelled: `pulumi destroy` only forgets it (provider doc "
-                   "ec2_capacity_block_reservation). Blocks end at 11:30 UTC; the offering lookup must find exactly "
-                   "one block of this size starting on capacity.start_date, or `pulumi up` stops before buying "
-                   "(EC2 user guide, \"Find and purchase Capacity Blocks\")")
+        out.append(f"capacity.type=capacity_block: the nodes launch into the Capacity Block {cap.reservation_id} "
+                   f"(bought already; the stack no longer holds the purchase); EC2 starts terminating instances in "
+                   f"a block 30 minutes before it ends, so keep checkpoints on /lustre, /data or the bucket (EC2 user "
+                   f"guide, \"Use Capacity Blocks\")")
     return out

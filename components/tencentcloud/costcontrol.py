@@ -174,6 +174,11 @@ class CostControls(pulumi.ComponentResource):
             timeout=TIMEOUT_S,
             zip_file=write_package(code_package(args.schedule.timezone if args.schedule else None)),
             role=role.name,
+            # Reach the public API endpoints: without a VPC the provider still sends the public-network
+            # switch, and its default is off (resource_tc_scf_function.go: enable_public_net, Default false,
+            # sent as PublicNetStatus DISABLE; SCF documentation, "Function overview": a function with the
+            # public network disabled "cannot access public network resources").
+            enable_public_net=True,
             environment={handler.CONFIG_VARIABLE: config},
             triggers=triggers,
             tags=dict(args.tags),

@@ -36,6 +36,9 @@ ZONE_FILE = "zone.tzif"
 EDGE_TOLERANCE_S = 120
 """A window edge counts as "now" within two minutes (timer triggers fire within the minute)."""
 IDLE_PERIOD_S = 300
+MONITOR_BATCH = 10
+"""GetMonitorData takes at most 10 instances a request (Cloud Monitor documentation, "Pulling cloud
+product monitoring data with the API")."""
 CVM = ("cvm", "2017-03-12")
 MONITOR = ("monitor", "2018-07-24")
 
@@ -95,15 +98,21 @@ def edge_now(events: list, zone: datetime.tzinfo, now: float) -> Optional[str]:
             if day.weekday() not in days:
                 continue
             edge = day.replace(hour=minute // 60, minute=minute % 60, second=0, microsecond=0)
-            gap = abs((edge - local).total_seconds())
+            # Absolute instants (aware datetimes of one zone subtract as wall clocks): an edge in a
+            # spring-forward gap falls an hour later, as the clock reads then.
+            gap = abs(edge.timestamp() - now)
             if gap <= EDGE_TOLERANCE_S and (best is None or gap < best[0]):
                 best = (gap, action)
     return best[1] if best else None
 
 
 def states(call: Call, ids: list) -> dict:
-    answer = call(CVM, "DescribeInstancesStatus", {"InstanceIds": ids, "Limit": 100})
-    return {s["InstanceId"]: s["InstanceState"] for s in answer.get("InstanceStatusSet", [])}
+    """InstanceState by id (DescribeInstancesStatus takes up to 100 ids a request)."""
+    out = {}
+    for first in range(0, len(ids), 100):
+        answer = call(CVM, "DescribeInstancesStatus", {"InstanceIds": ids[first:first + 100], "Limit": 100})
+        out.update({s["InstanceId"]: s["InstanceState"] for s in answer.get("InstanceStatusSet", [])})
+    return out
 
 
 def stop(call: Call, ids: list) -> None:
@@ -144,11 +153,16 @@ def run(config: dict, trigger: str, call: Call, now: float, zone: Optional[datet
         idle = config["idle"]
         start = datetime.datetime.fromtimestamp(now - idle["for_minutes"] * 60 - IDLE_PERIOD_S, datetime.timezone.utc)
         end = datetime.datetime.fromtimestamp(now, datetime.timezone.utc)
-        answer = call(MONITOR, "GetMonitorData", {
-            "Namespace": "QCE/CVM", "MetricName": "GpuUtil", "Period": IDLE_PERIOD_S,
-            "StartTime": start.isoformat(timespec="seconds"), "EndTime": end.isoformat(timespec="seconds"),
-            "Instances": [{"Dimensions": [{"Name": "InstanceId", "Value": i}]} for i in config["gpu_nodes"]]})
-        candidates = idle_nodes(answer.get("DataPoints", []), idle["below_pct"], idle["for_minutes"], now)
+        points = []
+        nodes = config["gpu_nodes"]
+        for first in range(0, len(nodes), MONITOR_BATCH):
+            answer = call(MONITOR, "GetMonitorData", {
+                "Namespace": "QCE/CVM", "MetricName": "GpuUtil", "Period": IDLE_PERIOD_S,
+                "StartTime": start.isoformat(timespec="seconds"), "EndTime": end.isoformat(timespec="seconds"),
+                "Instances": [{"Dimensions": [{"Name": "InstanceId", "Value": i}]}
+                              for i in nodes[first:first + MONITOR_BATCH]]})
+            points += answer.get("DataPoints", [])
+        candidates = idle_nodes(points, idle["below_pct"], idle["for_minutes"], now)
         running = states(call, candidates) if candidates else {}
         ids = [i for i in candidates if running.get(i) == "RUNNING"]
         stop(call, ids)

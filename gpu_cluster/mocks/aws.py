@@ -22,6 +22,11 @@ def _region() -> str:
     return pulumi.Config("aws").get("region") or "us-east-1"
 
 
+def _cluster_zone() -> str:
+    cluster = pulumi.Config("gpu-cluster").get_object("cluster") or {}
+    return str(cluster.get("zone") or _region() + "a")
+
+
 def _hex(*parts: str, n: int = 8) -> str:
     return hashlib.sha256("::".join(parts).encode()).hexdigest()[:n]
 
@@ -145,6 +150,9 @@ COMPUTED: dict = {
         "name": inputs.get("name") or rid, "arn": _arn("iam", f"role/{inputs.get('name') or rid}", region=False),
         "uniqueId": f"AROA{_hex(name, n=17).upper()}"},
     "aws:iam/instanceProfile:InstanceProfile": _named_arn("iam", "instance-profile/{name}", region=False),
+    "aws:iam/policy:Policy": lambda name, inputs, rid: {
+        **_named_arn("iam", "policy/{name}", region=False)(name, inputs, rid),
+        "policyId": f"ANPA{_hex(name, n=17).upper()}"},
     "aws:ssm/parameter:Parameter": _named_arn("ssm", "parameter/{name}"),
     "aws:fsx/lustreFileSystem:LustreFileSystem": _lustre,
     "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation": lambda name, inputs, rid: {
@@ -178,10 +186,11 @@ LOOKUPS: dict = {
         "rootDeviceName": DLAMI_ROOT_DEVICE, "rootDeviceType": "ebs", "virtualizationType": "hvm",
         "enaSupport": True, "ownerId": "898082745236", "state": "available",
     },
-    # One offering in the requested zone window: the first region zone, as the lookup answers.
+    # One offering for the requested dates, in the cluster's zone: the lookup as it answers when AWS has
+    # the block the stack asks for (when it has none, or several, the real lookup fails `pulumi up`).
     "aws:ec2/getCapacityBlockOffering:getCapacityBlockOffering": lambda args: {
         "capacityBlockOfferingId": f"cb-{_hex(str(args.get('instanceType')), str(args.get('startDateRange')), n=17)}",
-        "availabilityZone": _region() + "a", "currencyCode": "USD", "tenancy": "default",
+        "availabilityZone": _cluster_zone(), "currencyCode": "USD", "tenancy": "default",
         "upfrontFee": "0.00",
     },
     "aws:ec2/getSubnet:getSubnet": lambda args: {
