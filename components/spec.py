@@ -281,6 +281,16 @@ class Capacity(_Model):
         default=None, description="prepaid: the term in months (1-12, 24, 36, 48 or 60). Default 1.")
     auto_renew: StrictBool = Field(default=True, description="prepaid: renew each term automatically.")
 
+    def awaiting_block(self, today: Optional[datetime.date] = None) -> bool:
+        """Whether the nodes wait for a Capacity Block: not bought yet, or bought and not started (EC2
+        launches into a block only once it is active)."""
+        if self.type != "capacity_block":
+            return False
+        if not self.reservation_id:
+            return True
+        today = today or datetime.datetime.now(datetime.timezone.utc).date()
+        return self.start_date is not None and self.start_date > today
+
 
 class ClusterSpec(_Model):
     """One GPU training cluster: the whole `gpu-cluster:cluster` value of a stack file."""

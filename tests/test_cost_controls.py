@@ -268,6 +268,11 @@ def test_step_two_launches_the_nodes_into_the_block(sample_plan):
     assert not wants_placement_group(2, "large", "capacity_block")
 
 
+def test_a_bought_block_launches_nothing_before_its_start(render_cluster):
+    plan = render_cluster("aws-reserved", {"capacity": {"start_date": SOON}})
+    assert not plan.of_type(INSTANCE) and not plan.of_type(BLOCK)
+
+
 def test_capacity_blocks_are_refused_where_aws_does_not_sell_them():
     large = merge(AWS, {"zone": "us-east-1a", "tier": "large", "nodes": 2, "instance_type": "p5.48xlarge"})
     block = {"type": "capacity_block", "start_date": SOON, "duration_hours": 48}

@@ -219,14 +219,14 @@ class Compute(pulumi.ComponentResource):
         self.role_arn = role.arn
 
         self.node_ids = []
-        self.awaiting_block = (args.capacity is not None and args.capacity.type == "capacity_block"
-                               and not args.capacity.reservation_id)
+        self.awaiting_block = args.capacity is not None and args.capacity.awaiting_block()
         # Buying a Capacity Block and launching into it are two updates: EC2 launches instances into a
         # block only once it is active, at its start (EC2 user guide, "Use Capacity Blocks":
         # docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-blocks-using.html), while the purchase
         # completes as soon as the block is scheduled (ec2_capacity_block_reservation.go waits for
-        # active or scheduled). The first update buys it; with capacity.reservation_id set, the next
-        # one launches the nodes (components/aws/notes.py says so in the plan).
+        # active or scheduled). The first update buys it; with capacity.reservation_id set, updates
+        # before the block's start_date launch nothing and the first one on or after it launches the
+        # nodes (components/aws/notes.py says so in the plan).
         for i in range(0 if self.awaiting_block else args.nodes):
             volume = args.data_volume_ids[i] if i < len(args.data_volume_ids) else None
             node = self._node(name, i, args, template, volume)

@@ -89,13 +89,17 @@ def cost_control_notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
         out.append(f"capacity.type=capacity_block, step 1 of 2: `pulumi up` buys a Capacity Block of {spec.nodes} x "
                    f"{shape.type} for {cap.duration_hours} h from {cap.start_date} (paid up front, cannot be "
                    f"cancelled: `pulumi destroy` only forgets it, provider doc ec2_capacity_block_reservation) and "
-                   f"launches no GPU node, because EC2 launches into a block only once it is active. Step 2, on "
-                   f"the start day (blocks start and end at 11:30 UTC): set capacity.reservation_id to the stack "
-                   f"output capacity_reservation_id and run `pulumi up` again to launch the nodes "
-                   f"(EC2 user guide, \"Find and purchase Capacity Blocks\", \"Use Capacity Blocks\")")
+                   f"launches no GPU node, because EC2 launches into a block only once it is active. Then set "
+                   f"capacity.reservation_id to the stack output capacity_reservation_id, keeping start_date: "
+                   f"updates before the start launch nothing, and the first `pulumi up` on or after the start day "
+                   f"(blocks start and end at 11:30 UTC) launches the nodes (EC2 user guide, \"Find and purchase "
+                   f"Capacity Blocks\", \"Use Capacity Blocks\")")
     elif cap.type == "capacity_block":
-        out.append(f"capacity.type=capacity_block: the nodes launch into the Capacity Block {cap.reservation_id} "
-                   f"(bought already; the stack no longer holds the purchase); EC2 starts terminating instances in "
-                   f"a block 30 minutes before it ends, so keep checkpoints on /lustre, /data or the bucket (EC2 user "
-                   f"guide, \"Use Capacity Blocks\")")
+        waiting = cap.awaiting_block()
+        out.append(f"capacity.type=capacity_block: the Capacity Block {cap.reservation_id} is bought (the stack no "
+                   f"longer holds the purchase); "
+                   + (f"it starts on {cap.start_date}, so this update launches no node: run `pulumi up` again on or "
+                      f"after that day" if waiting else "the nodes launch into it")
+                   + "; EC2 starts terminating instances in a block 30 minutes before it ends, so keep checkpoints "
+                     "on /lustre, /data or the bucket (EC2 user guide, \"Use Capacity Blocks\")")
     return out
