@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError, field_validator
 
-from components import catalog, tiers, windows
+from components import catalog, messages, tiers, windows
 from components.catalog import Cloud, Shape
 from components.tiers import Tier
 
@@ -77,7 +77,7 @@ class Network(_Model):
         description="Ranges allowed to reach port 22. Empty: no inbound SSH at all (use SSM / TAT).",
     )
     existing_subnet_id: Optional[StrictStr] = Field(
-        default=None,
+        default=None, min_length=1,
         description="Use this subnet instead of creating a VPC. The cluster then shares a subnet "
         "(\"shared vSwitch\"), which the policy pack rejects.",
     )
@@ -95,6 +95,13 @@ class Network(_Model):
         for item in (v if isinstance(v, (list, tuple)) else [v]):
             if not isinstance(item, (str, ipaddress.IPv4Network)):
                 raise ValueError("must be an IPv4 range written like 10.40.0.0/16")
+        return v
+
+    @field_validator("ssh_cidrs")
+    @classmethod
+    def _distinct(cls, v: tuple[ipaddress.IPv4Network, ...]) -> tuple[ipaddress.IPv4Network, ...]:
+        if len(set(v)) != len(v):
+            raise ValueError("a range is given twice (AWS refuses a duplicate rule); give each once")
         return v
 
     @field_validator("cidr")
@@ -123,7 +130,7 @@ class Lustre(_Model):
         "200 (High-Performance Turbo, TP). Default: the tier's value.",
     )
     import_path: Optional[StrictStr] = Field(
-        default=None,
+        default=None, min_length=1,
         pattern=r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/.*)?$",
         description="AWS only: s3://bucket/prefix linked to the file system by a data repository "
         "association. Default: none.",
@@ -209,6 +216,8 @@ class Budget(_Model):
         bad = [e for e in v if not _EMAIL.match(e)]
         if bad:
             raise ValueError(f"not e-mail addresses: {bad}")
+        if len({e.lower() for e in v}) != len(v):
+            raise ValueError("an address is given twice; give each once")
         return v
 
 
@@ -276,7 +285,7 @@ class Capacity(_Model):
     duration_hours: Optional[StrictInt] = Field(
         default=None, description="capacity_block: how long the block lasts, hours (whole days: 24, 48, …).")
     reservation_id: Optional[StrictStr] = Field(
-        default=None, description="odcr / capacity_block: use this existing reservation (cr-…) instead of making one.")
+        default=None, min_length=1, description="odcr / capacity_block: use this existing reservation (cr-…) instead of making one.")
     months: Optional[StrictInt] = Field(
         default=None, description="prepaid: the term in months (1-12, 24, 36, 48 or 60). Default 1.")
     auto_renew: StrictBool = Field(default=True, description="prepaid: renew each term automatically.")
@@ -312,10 +321,10 @@ class ClusterSpec(_Model):
         description="on_demand, spot, or mixed (first node on-demand, the rest spot).",
     )
     instance_type: Optional[StrictStr] = Field(
-        default=None, description="Override the tier's default shape; must fit the tier."
+        default=None, min_length=1, description="Override the tier's default shape; must fit the tier."
     )
     image_id: Optional[StrictStr] = Field(
-        default=None,
+        default=None, min_length=1,
         description="Machine image. Default: the cloud's GPU deep-learning image (AWS DLAMI via SSM; "
         "Tencent public TencentOS Server 3.1 image plus the GPU driver installer).",
     )
@@ -407,7 +416,7 @@ def load_spec(cluster: Any, regions: Mapping[str, Optional[str]]) -> Cluster:
     try:
         spec = ClusterSpec.model_validate(cluster)
     except ValidationError as e:
-        raise SpecError([_describe(err) for err in e.errors()]) from None
+        raise SpecError([_describe(err) for err in messages.essential(e.errors())]) from None
     return _resolve(spec, regions)
 
 
@@ -673,9 +682,18 @@ def _block_duration_ok(hours: int, block: dict) -> bool:
     return hours <= block["max_hours"] and hours % block["week_step_hours"] == 0
 
 
+OWN_TAGS_MAX = 12
+"""Tags the program itself may put on one resource (gpu-cluster:name/tier/criticality, managed-by, Name,
+a node's index, market, data volume and Capacity Block tags), kept free of the cloud's per-resource cap."""
+
+
 def _tag_problems(cloud: Cloud, tags: Mapping[str, str]) -> list[str]:
     """Tag keys and values within the cloud's limits (catalog limits tag_*)."""
     problems = []
+    room = catalog.limit(cloud, "tag_count_max") - OWN_TAGS_MAX
+    if len(tags) > room:
+        problems.append(f"cluster.tags has {len(tags)} tags; {cloud} allows {catalog.limit(cloud, 'tag_count_max')} "
+                        f"per resource and the cluster uses up to {OWN_TAGS_MAX}: allowed: at most {room}")
     key_pat, value_pat = catalog.limit(cloud, "tag_key_pattern"), catalog.limit(cloud, "tag_value_pattern")
     key_max, value_max = catalog.limit(cloud, "tag_key_max"), catalog.limit(cloud, "tag_value_max")
     value_min = catalog.limits(cloud)["tag_value_min"].value if "tag_value_min" in catalog.limits(cloud) else 0
@@ -746,49 +764,31 @@ def _lustre_problems(cloud: Cloud, region: str, lustre: Lustre) -> list[str]:
 
 
 def _nearest(cap: int, first: list[int], step: int) -> int:
-    candidates = first + [first[-1] + step * k for k in range(1, cap // step + 2)]
+    """The allowed size nearest to `cap` (ties: the smaller): one of `first`, or first[-1] + k × step."""
+    k = max(round((cap - first[-1]) / step), 1)
+    candidates = first + [first[-1] + step * j for j in (k - 1, k, k + 1) if j >= 1]
     return min(candidates, key=lambda c: (abs(c - cap), c))
-
-
-_PLAIN = {
-    "int_type": "must be a whole number", "int_parsing": "must be a whole number",
-    "int_from_float": "must be a whole number",
-    "float_type": "must be a number", "float_parsing": "must be a number", "finite_number": "must be a finite number",
-    "bool_type": "must be true or false", "bool_parsing": "must be true or false",
-    "string_type": "must be text", "dict_type": "must be a mapping of settings (key: value)",
-    "model_type": "must be a mapping of settings (key: value)", "model_attributes_type": "must be a mapping of settings (key: value)",
-    "tuple_type": "must be a list", "list_type": "must be a list", "none_required": "must be null",
-    "ip_v4_network": "must be an IPv4 range written like 10.40.0.0/16",
-}
 
 
 def _describe(err: Any) -> str:
     """One pydantic error as `cluster.<field>=<value>: <what is wrong; what is allowed>`, in plain words."""
+    if "[key]" in err["loc"]:  # a mapping key (tags): name the mapping and the key
+        mapping = ".".join(str(p) for p in err["loc"][:err["loc"].index("[key]") - 1])
+        return f"cluster.{mapping}: key {_short(err.get('input'))} {messages.plain(err)}"
     loc = ".".join(str(p) for p in err["loc"])
     where = f"cluster.{loc}" if loc else "cluster"
     kind = err["type"]
     if kind == "missing":
+        model = _model_at(tuple(err["loc"]))
+        if model is not None:
+            needed = [n for n, f in model.model_fields.items() if f.is_required()]
+            return (f"{where} is required: a mapping of settings"
+                    + (f" with at least {', '.join(needed)}" if needed else ""))
         return f"{where} is required: {_field_help(err['loc'])}"
     if kind == "extra_forbidden":
         allowed = _allowed_keys(err["loc"][:-1])
         return f"{where}: unknown key {err['loc'][-1]!r}; allowed keys here: {', '.join(allowed)}"
-    ctx = err.get("ctx") or {}
-    if kind == "value_error":
-        msg = err["msg"].removeprefix("Value error, ")
-    elif kind == "literal_error":
-        msg = f"must be one of {ctx.get('expected', '')}"
-    elif kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
-        word = {"greater_than": "above", "greater_than_equal": "at least", "less_than": "below",
-                "less_than_equal": "at most"}[kind]
-        bound = next(iter(v for k, v in ctx.items() if k in ("gt", "ge", "lt", "le")), "")
-        msg = f"must be {word} {bound:,}" if isinstance(bound, (int, float)) else f"must be {word} {bound}"
-    elif kind in ("too_short", "too_long"):
-        msg = (f"needs at least {ctx.get('min_length')} item(s)" if kind == "too_short"
-               else f"allows at most {ctx.get('max_length')} item(s)")
-    elif kind == "string_pattern_mismatch":
-        msg = f"does not match {ctx.get('pattern')}"
-    else:
-        msg = _PLAIN.get(kind, err["msg"])
+    msg = messages.plain(err)
     return f"{where}={_short(err.get('input'))}: {msg}" + _expected(err["loc"], kind)
 
 

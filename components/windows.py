@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 HOURS_PER_WEEK = 168
-_WINDOW = re.compile(r"(?P<d1>[A-Z][a-z]{2})(?:-(?P<d2>[A-Z][a-z]{2}))? (?P<h1>\d\d):(?P<m1>\d\d)-(?P<h2>\d\d):(?P<m2>\d\d)")
+_WINDOW = re.compile(r"(?P<d1>[A-Z][a-z]{2})(?:-(?P<d2>[A-Z][a-z]{2}))? (?P<h1>[0-9]{2}):(?P<m1>[0-9]{2})-(?P<h2>[0-9]{2}):(?P<m2>[0-9]{2})")
 FORMAT = 'days and hours like "Mon-Fri 09:00-21:00" or "Sat 10:00-16:00" (days Mon..Sun, start before end)'
 
 

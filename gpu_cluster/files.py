@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +24,20 @@ recursive reader would otherwise crash on a hostile file."""
 _BASE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+MAX_BYTES = 2 * 1024 ** 3
+"""Larger files are refused before they are read (a 38,000-resource export is about 60 MB)."""
+
+
 def read_text(path: Path, what: str) -> str:
     """The UTF-8 text of `path`; `what` names the kind of file in messages ("stack file", "plan")."""
     path = Path(path)
     if path.is_dir():
         raise UserError(f"{what} {path} is a directory; give the path of a file")
+    if path.exists() and not path.is_file():
+        raise UserError(f"{what} {path} is not a regular file (a device, a pipe or a socket); give the path of a file")
     try:
+        if path.stat().st_size > MAX_BYTES:
+            raise UserError(f"{what} {path} is larger than {MAX_BYTES // 1024 ** 3} GiB; no {what} is that large")
         data = path.read_bytes()
     except FileNotFoundError:
         raise UserError(f"{what} {path} does not exist") from None
@@ -67,6 +76,17 @@ def _mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
+
+
+def _no_tag(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
+    raise yaml.constructor.ConstructorError(
+        None, None, f"the YAML tag {node.tag.replace('tag:yaml.org,2002:', '!!')} is not allowed here; write the value "
+                    f"plainly", node.start_mark)
+
+
+# Types no stack, workload or price file has: a tag that asks for one is refused, not half-read.
+for _kind in ("set", "timestamp", "binary", "omap", "pairs"):
+    _StrictLoader.add_constructor(f"tag:yaml.org,2002:{_kind}", _no_tag)
 
 # Plain scalars resolved as the YAML 1.2 core schema does — the schema of the Go YAML library the Pulumi
 # CLI reads stack files with: only true/false are booleans (not yes/no/on/off), no timestamps (a date
@@ -122,6 +142,8 @@ def load_yaml(path: Path, what: str) -> Any:
         raise UserError(f"{what} {path} is not valid YAML{where}: {problem}") from None
     except RecursionError:
         doc = _TOO_DEEP
+    except ValueError:  # an integer longer than Python converts (4,300 digits)
+        raise UserError(f"{what} {path} holds a number with thousands of digits; no setting takes one") from None
     return _shallow(doc, f"{what} {path}")
 
 
@@ -150,3 +172,37 @@ def parse_json(text: str, where: str) -> Any:
 def finite(value: Any) -> bool:
     """True unless `value` is a float that is NaN or infinite."""
     return not (isinstance(value, float) and not math.isfinite(value))
+
+
+def output_dir(path: Path, what: str, create: bool = True) -> Path:
+    """A folder to write into, created if need be (or, with create=False, one that can be: checked
+    before the work that fills it); a sentence when it cannot be."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{what} {path} is a file; give a folder")
+    if not create:
+        parent = next((p for p in [path, *path.parents] if p.exists()), Path("."))
+        if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+            raise UserError(f"{what} {path} cannot be created: {parent} is not a folder this user may write in")
+        return path
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"{what} {path} cannot be created: {e.strerror or e}") from None
+    return path
+
+
+def output_file(path: Path, what: str) -> Path:
+    """A file path to write, its folder created; a sentence when it is a folder or cannot be made."""
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{what} {path} is a folder; give the path of a file")
+    output_dir(path.parent, f"the folder of {what}")
+    return path
+
+
+def write_text(path: Path, text: str, what: str) -> None:
+    try:
+        output_file(path, what).write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise UserError(f"{what} {path} cannot be written: {e.strerror or e}") from None

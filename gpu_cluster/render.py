@@ -45,9 +45,10 @@ _QUIET.propagate = False
 _PROVIDER_VERSIONS = {"aws": "7.51.1", "tencentcloud": "0.2.3"}
 
 
-STACK_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
-"""Pulumi stack names: letters, digits, hyphens, underscores and periods (we also refuse a leading
-period, which would make a hidden plan file)."""
+STACK_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
+"""Pulumi stack names: letters, digits, hyphens, underscores and periods, at most 100 characters (Pulumi
+documentation, "Stacks"; we also refuse a leading period, which would make a hidden plan file)."""
+OUR_KEYS = ("gpu-cluster:cluster", "gpu-cluster:prices")
 
 
 class StackFileError(UserError):
@@ -94,6 +95,9 @@ def read_stack_file(path: Path, stack: Optional[str] = None) -> StackFile:
         if not isinstance(key, str):
             raise StackFileError(f"stack file {path}: config key {key!r} is not a string; keys are "
                                  f"<namespace>:<name>, e.g. aws:region")
+        if key.startswith("gpu-cluster:") and key not in OUR_KEYS:
+            raise StackFileError(f"stack file {path}: unknown config key {key!r}; allowed keys of gpu-cluster: "
+                                 f"{', '.join(OUR_KEYS)}")
         if key.endswith(":region") and not isinstance(value, str):
             raise StackFileError(f"stack file {path}: {key}={value!r} is not a region name; allowed: a string "
                                  f"such as {'us-east-1' if key.startswith('aws') else 'ap-shanghai'}")
@@ -101,7 +105,7 @@ def read_stack_file(path: Path, stack: Optional[str] = None) -> StackFile:
         stack = stack_name_of(path)
     if not STACK_NAME.fullmatch(stack):
         raise StackFileError(f"stack file {path}: stack name {stack!r} (from the file name) is not a valid "
-                             f"stack name; allowed: letters, digits, '-', '_' and '.', not starting with '.' — "
+                             f"stack name; allowed: up to 100 letters, digits, '-', '_' and '.', not starting with '.' — "
                              f"name the file Pulumi.<stack>.yaml")
     return StackFile(stack=stack, path=path, config=config)
 

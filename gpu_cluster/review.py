@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from gpu_cluster import contracts, ui
+from gpu_cluster import contracts, files, ui
 from gpu_cluster.errors import EXIT_BAD_INPUT, EXIT_OK, UserError
 from gpu_cluster.plan import Plan, PlanFormatError, Resource, number
 from gpu_cluster.pricing import MonthlyCost, price_plan
@@ -324,6 +324,7 @@ def review_command(base: str, out: Path) -> int:
         _git("rev-parse", "--verify", "--quiet", "--end-of-options", f"{base}^{{commit}}")
     except ReviewError:
         raise ReviewError(f"BASE={base!r} is not a commit in this repository") from None
+    files.output_file(out, "--out")
     order = {s: i for i, s in enumerate(SAMPLE_STACKS)}
     stacks = sorted(set(SAMPLE_STACKS) | set(changed_stacks(base)), key=lambda s: (order.get(s, len(order)), s))
     with tempfile.TemporaryDirectory(prefix="gpu-cluster-review-") as tmp:
@@ -350,8 +351,7 @@ def review_command(base: str, out: Path) -> int:
         if s not in head_side.plans and s not in head_side.failures:
             review.notes.append("no plan in the work tree: " + (head_side.note or "the stack file was removed"))
         reviews.append(review)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render_markdown(reviews, base), encoding="utf-8")
+    files.write_text(out, render_markdown(reviews, base), "--out")
     ui.line(f"review of {len(stacks)} stack(s) against {base} written to {out}")
     for r in reviews:
         ui.line(f"  {r.stack}: +{r.count('add')} ~{r.count('change')} ±{r.count('replace')} -{r.count('delete')}; "

@@ -21,8 +21,8 @@ from rich.table import Table
 # Wide enough for a resource listing in a CI log; a terminal uses its own width.
 _PIPE_WIDTH = 200
 
-out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else _PIPE_WIDTH)
-err = Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else _PIPE_WIDTH)
+out = Console(highlight=False, emoji=False, soft_wrap=True, width=None if sys.stdout.isatty() else _PIPE_WIDTH)
+err = Console(stderr=True, highlight=False, emoji=False, soft_wrap=True, width=None if sys.stderr.isatty() else _PIPE_WIDTH)
 
 
 def error(message: str) -> None:

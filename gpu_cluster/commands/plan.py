@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from gpu_cluster import ui
+from gpu_cluster import files, ui
 from gpu_cluster.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATION, UserError
 
 
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     from gpu_cluster.render import read_stack_file, render
     from gpu_cluster.report import build_report
 
-    out = Path(args.out)
+    out = files.output_dir(Path(args.out), "--out", create=False)
     policy_config = load_policy_config(args.policy_config)
     paths = stack_files(args.stack, args.stack_file)
     output_names(paths, out)
@@ -107,9 +107,8 @@ def run(args: argparse.Namespace) -> int:
                 status = EXIT_BAD_INPUT
                 progress.advance()
                 continue
-            out.mkdir(parents=True, exist_ok=True)
-            (out / f"{rendered.stack}.json").write_text(json.dumps(plan_doc, indent=1) + "\n", encoding="utf-8")
-            (out / f"{rendered.stack}.report.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+            files.write_text(out / f"{rendered.stack}.json", json.dumps(plan_doc, indent=1) + "\n", "plan file")
+            files.write_text(out / f"{rendered.stack}.report.json", json.dumps(report, indent=1) + "\n", "report")
             mandatory = [v for v in report["violations"] if v["enforcement"] == "mandatory"]
             if mandatory and status == EXIT_OK:
                 status = EXIT_VIOLATION

@@ -14,7 +14,7 @@ import argparse
 import json
 from pathlib import Path
 
-from gpu_cluster import ui
+from gpu_cluster import files, ui
 from gpu_cluster.errors import EXIT_OK, EXIT_VIOLATION, UserError
 
 PLACEHOLDER_EMAIL = "change-me@example.com"
@@ -47,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
 
     from gpu_cluster import workload as wl
     from gpu_cluster.prices import load_book
+    from components.spec import SpecError
     from gpu_cluster.recommend import recommend, stack_document
 
     w = wl.load(Path(args.workload))
@@ -61,7 +62,12 @@ def run(args: argparse.Namespace) -> int:
     written = None
     if top is not None and args.write_stack:
         emails = tuple(args.email) or (PLACEHOLDER_EMAIL,)
-        doc = stack_document(rec, top, emails)
+        try:
+            doc = stack_document(rec, top, emails)
+        except SpecError as e:
+            raise UserError("the stack file it would write is invalid: " + "; ".join(
+                p.replace("cluster.budget.emails", "--email") for p in e.problems)) from None
+        files.output_file(Path(args.write_stack), "--write-stack")
         path = Path(args.write_stack)
         header = (f"# Written by `gpu-cluster recommend {args.workload}` for workload {w.name}: {top.nodes} × "
                   f"{top.shape.type} ({top.cloud} {top.tier}, {top.purchase}), est. {top.hours:,.0f} h of training, "
@@ -72,8 +78,7 @@ def run(args: argparse.Namespace) -> int:
                      f"{top.cost_currency} for 730 h): stop or destroy them when the run ends.\n"
                      if top.hours < 730 and rec.rate.convert(top.node_month or 0, top.cost_currency, rec.currency)
                      > w.budget.monthly_limit else ""))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(header + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True), encoding="utf-8")
+        files.write_text(path, header + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True), "--write-stack")
         written = path
     if args.json:
         data = rec.as_dict()

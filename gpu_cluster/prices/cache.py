@@ -25,6 +25,7 @@ from typing import Literal, Optional
 from pydantic import Field, ValidationError
 
 from gpu_cluster.errors import UserError
+from gpu_cluster import files
 from gpu_cluster.files import load_json
 from gpu_cluster.prices import CURRENCIES, ITEMS, Price
 from gpu_cluster.prices.validation import Number, Strict, problems
@@ -92,9 +93,8 @@ class PriceCache:
         return PriceCache(self.path, CacheDoc(gpu_cluster_price_cache=1, updated_at=_now(), items=ordered))
 
     def write(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         doc = json.loads(self.doc.model_dump_json())
-        self.path.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        files.write_text(self.path, json.dumps(doc, indent=1, ensure_ascii=False) + "\n", "price cache")
 
 
 def _now() -> datetime.datetime:

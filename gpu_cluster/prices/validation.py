@@ -13,6 +13,8 @@ from typing import Annotated, Any, Optional
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 
+from components import messages
+
 _NUMBER = re.compile(r"^[+-]?(\d[\d_]*)?(\.\d*)?([eE][+-]?\d+)?$")
 
 
@@ -98,7 +100,7 @@ def describe(root: type[BaseModel], prefix: str, err: dict) -> str:
         model = _model_at(root, loc[:-1])
         allowed = ", ".join(model.model_fields) if model else ""
         return f"{path}: unknown key {loc[-1]!r}; allowed keys here: {allowed}"
-    msg = err["msg"].removeprefix("Value error, ")
+    msg = messages.plain(err)
     if isinstance(err.get("input"), dict) and kind == "value_error":
         return f"{path}: {msg}"
     text = f"{path}={short(err.get('input'))}: {msg}"
@@ -107,4 +109,4 @@ def describe(root: type[BaseModel], prefix: str, err: dict) -> str:
 
 
 def problems(root: type[BaseModel], prefix: str, e: ValidationError) -> list[str]:
-    return [describe(root, prefix, err) for err in e.errors()]
+    return [describe(root, prefix, err) for err in messages.essential(e.errors())]
