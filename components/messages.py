@@ -74,3 +74,13 @@ def essential(errors: Iterable[dict]) -> list[dict]:
             seen.add(key)
             out.append(e)
     return out
+
+
+def kind_of(value: Any) -> str:
+    """What a YAML/JSON value is, in the file's words: "nothing (null)", "a list", "text", ..."""
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, bool):
+        return "true/false"
+    return {dict: "a mapping", list: "a list", tuple: "a list", str: "text", int: "a number",
+            float: "a number"}.get(type(value), "a value of another kind")

@@ -412,7 +412,7 @@ def load_spec(cluster: Any, regions: Mapping[str, Optional[str]]) -> Cluster:
     `regions` maps each cloud to its provider region setting (`aws:region`, `tencentcloud:region`).
     """
     if not isinstance(cluster, Mapping):
-        raise SpecError([f"gpu-cluster:cluster must be a mapping of settings, got {type(cluster).__name__}"])
+        raise SpecError([f"gpu-cluster:cluster must be a mapping of settings, got {messages.kind_of(cluster)}"])
     try:
         spec = ClusterSpec.model_validate(cluster)
     except ValidationError as e:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
+from components.messages import kind_of
 from gpu_cluster.errors import UserError
 from gpu_cluster.files import read_text
 
@@ -128,7 +129,7 @@ def _resources_of(doc: Any, where: str) -> list:
     if not isinstance(doc, dict):
         raise PlanFormatError(f"{where} is not a Pulumi stack export: expected a JSON object with \"version\" and "
                               f"\"deployment\" (pulumi stack export) or \"checkpoint\" (a DIY-backend state file), "
-                              f"got a JSON {type(doc).__name__ if doc is not None else 'null'}")
+                              f"got {kind_of(doc)}")
     version = doc.get("version")
     if "deployment" not in doc and "checkpoint" not in doc:
         raise PlanFormatError(f"{where} is not a Pulumi stack export: it has neither \"deployment\" "

@@ -29,6 +29,7 @@ from typing import Any, Literal, Optional
 from pydantic import Field, StrictBool, ValidationError, field_validator, model_validator
 
 from components import catalog
+from components.messages import kind_of
 from gpu_cluster.errors import UserError
 from gpu_cluster.files import load_yaml
 from gpu_cluster.prices.validation import Number, Strict, problems
@@ -105,7 +106,7 @@ class WorkloadDoc(Strict):
 def parse(doc: Any, where: str = "workload file") -> Workload:
     """The validated workload of a parsed document, or one UserError listing every problem."""
     if not isinstance(doc, dict):
-        raise UserError(f"{where} must be a mapping with a `workload:` key, got {type(doc).__name__}")
+        raise UserError(f"{where} must be a mapping with a `workload:` key, got {kind_of(doc)}")
     try:
         return WorkloadDoc.model_validate(doc).workload
     except ValidationError as e:

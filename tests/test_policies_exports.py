@@ -165,7 +165,7 @@ MALFORMED = {
     "absurd nesting": (deep(100_000), "nests deeper"),
     "deep but parseable": (deep(200), "nests deeper than 64 levels"),
     "a list": ("[]", "expected a JSON object"),
-    "null": ("null", "got a JSON null"),
+    "null": ("null", "got nothing (null)"),
     "version 1": ({"version": 1, "deployment": {"resources": []}}, "understands stack export / checkpoint versions 3 and 4"),
     "version as text": ({"version": "3", "deployment": {"resources": []}}, "\"version\": \"3\""),
     "no deployment": ({"version": 3, "resources": []}, "neither \"deployment\""),

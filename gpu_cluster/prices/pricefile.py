@@ -27,6 +27,7 @@ from typing import Literal, Optional
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from components import catalog
+from components.messages import kind_of
 from gpu_cluster.errors import UserError
 from gpu_cluster.files import load_yaml
 from gpu_cluster.prices import CURRENCIES, ITEMS, NO_KEY, Discount, Price, Rate
@@ -105,7 +106,7 @@ class PriceFile:
     def load(cls, path: Path) -> "PriceFile":
         doc = load_yaml(path, "price file")
         if not isinstance(doc, dict):
-            raise UserError(f"price file {path} must be a mapping with a `price_file:` key, got {type(doc).__name__}")
+            raise UserError(f"price file {path} must be a mapping with a `price_file:` key, got {kind_of(doc)}")
         try:
             parsed = PriceFileDoc.model_validate(doc)
         except ValidationError as e:

@@ -31,7 +31,7 @@ def _number(value: Any) -> Any:
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError("must be a finite number (NaN and infinity are not allowed)")
         return value
-    raise ValueError(f"must be a number, not {type(value).__name__}")
+    raise ValueError(f"must be a number, not {messages.kind_of(value)}")
 
 
 Number = Annotated[float, BeforeValidator(_number)]
