@@ -14,6 +14,8 @@ with a message naming the step (`set -euo pipefail`), so systemd and cloud-init 
 
 from __future__ import annotations
 
+import base64
+import gzip
 import shlex
 from dataclasses import dataclass, field
 from typing import Optional
@@ -358,3 +360,36 @@ def render(boot: BootConfig) -> str:
         doc["mounts"] = mounts
     doc["runcmd"] = runcmd
     return "#cloud-config\n" + yaml.safe_dump(doc, sort_keys=False, width=1000)
+
+
+USER_DATA_LIMIT = 16 * 1024
+"""User data size limit on both clouds, 16 KB: EC2 counts the raw bytes before base64 ("User data is
+limited to 16 KB, in raw form, before it is base64-encoded": EC2 user guide, "Run commands when you
+launch an EC2 instance with user data input"); Tencent counts the base64 text (provider doc instance
+v1.82.42, user_data: "Must be base64 encoded and up to 16 KB")."""
+
+
+def encode(document: str) -> str:
+    """A cloud-config document as base64 of its gzip (fixed mtime, so every render is byte-identical).
+
+    A node with Slurm carries ~35 KB of scripts and jobs, over the 16 KB limit; compressed it is ~11 KB.
+    cloud-init decompresses gzip user data before anything else, whatever the cloud ("Content found to
+    be gzip compressed will be uncompressed ... useful because user-data size may be limited based on
+    cloud platform": cloud-init documentation, "User-data formats", Gzip compressed content)."""
+    return base64.b64encode(gzip.compress(document.encode(), compresslevel=9, mtime=0)).decode()
+
+
+def decode(user_data: str) -> str:
+    """The document `encode` made (plain base64 documents too): what a node's cloud-init reads."""
+    raw = base64.b64decode(user_data)
+    return (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode()
+
+
+def size_problem(user_data: str, counted: str, what: str) -> str | None:
+    """A sentence when `user_data` (as `encode` made it) is over the limit; counted: "raw" (AWS) or
+    "base64" (Tencent)."""
+    size = len(base64.b64decode(user_data)) if counted == "raw" else len(user_data)
+    if size <= USER_DATA_LIMIT:
+        return None
+    return (f"the user data of {what} is {size} bytes ({counted}) compressed, over the {USER_DATA_LIMIT}-byte "
+            f"limit; fewer shipped jobs or boot steps would fit")

@@ -25,6 +25,7 @@ from components.tiers import Tier
 Criticality = Literal["critical", "standard", "experimental"]
 Purchase = Literal["on_demand", "spot", "mixed"]
 Scratch = Literal["nvme", "disk", "none"]
+Scheduler = Literal["slurm", "none"]
 
 NAME_TAG = "gpu-cluster:name"
 """The tag naming a resource's cluster: budgets filter cost on it (both clouds)."""
@@ -338,6 +339,10 @@ class ClusterSpec(_Model):
         description="Stop idle nodes. Default: on (5 % for 60 min) for experimental on-demand clusters, off otherwise "
         "(never on by default for critical ones); null: off.")
     capacity: Capacity = Field(default_factory=Capacity, description="See capacity.*.")
+    scheduler: Scheduler = Field(
+        default="slurm",
+        description="slurm: a head node runs slurmctld and every GPU node slurmd (the default for every tier); "
+        "none: no scheduler.")
     tags: dict[StrictStr, StrictStr] = Field(
         default_factory=dict, description="Extra tags on every taggable resource (each cloud's tag rules apply)."
     )

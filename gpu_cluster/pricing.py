@@ -17,6 +17,7 @@ from typing import Any, Optional
 
 from components import catalog
 from components import windows as run_windows
+from components.headnode import HEAD_ROLE, ROLE_TAG
 from gpu_cluster.plan import Plan, Resource, number
 from gpu_cluster.prices import NO_KEY, PriceBook, load_book
 from gpu_cluster.prices.catalog import spot_discount
@@ -177,9 +178,10 @@ class _Pricer:
 
     def node(self, r: Resource, instance_type: Optional[str], count: int, spot: bool,
              hours: Optional[float] = None) -> None:
-        """GPU node lines: on-demand or spot, for `hours` a month each (all month unless scheduled)."""
+        """Node lines: on-demand or spot, for `hours` a month each (all month unless scheduled). GPU
+        nodes, or the Slurm head node when the instance is tagged as one (components/headnode.py)."""
         what = f"{count} × {instance_type or 'unknown type'}" + (" spot" if spot else "")
-        label = f"GPU nodes {what}"
+        label = f"head node {what}" if is_head(r) else f"GPU nodes {what}"
         scheduled = hours is not None and hours < HOURS_PER_MONTH
         qty = round(count * (hours if scheduled else HOURS_PER_MONTH), 2)
         note = f"scheduled: {hours:.0f} of {HOURS_PER_MONTH} h a month" if scheduled else ""
@@ -250,6 +252,12 @@ class _Pricer:
                                 f"nodes may run some hours past it"})
 
 
+def is_head(r: Resource) -> bool:
+    """The Slurm head node: an instance tagged gpu-cluster:role=head (components/headnode.py ROLE_TAG)."""
+    tags = r.props.get("tags")
+    return isinstance(tags, dict) and tags.get(ROLE_TAG) == HEAD_ROLE
+
+
 def _weekly_hours(events: list[tuple[str, str]]) -> Optional[float]:
     return run_windows.running_hours_a_week(events) if events else None
 
@@ -317,7 +325,14 @@ def _aws(p: _Pricer, plan: Plan) -> None:
         else:
             mine = scheduled_ids is None or bool({r.id, r.outputs.get("id")} & scheduled_ids)
             p.node(r, itype, 1, market == "spot", hours if mine else None)
-        root_disks(lt, r, 1)
+        if lt is not None:
+            root_disks(lt, r, 1)
+        else:
+            root = r.props.get("rootBlockDevice") or {}
+            size = number(root.get("volumeSize")) if isinstance(root, dict) else None
+            if size:
+                vtype = root.get("volumeType") or "gp3"
+                p.add(f"EBS {vtype} root of {r.name} {size:.0f} GB", r, "ebs_gb_month", vtype, size, "GB-month")
     in_blocks = any(((r.props.get("instanceMarketOptions") or {}).get("marketType")) == "capacity-block"
                     for r in plan.of_type(AWS_INSTANCE))
     for b in plan.of_type(AWS_BLOCK) if not in_blocks else []:

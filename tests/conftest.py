@@ -69,3 +69,20 @@ def sample_plan() -> Callable[[str], Plan]:
 
 def inputs_of(plan: Plan, type_: str) -> list[dict[str, Any]]:
     return [r.inputs for r in plan.of_type(type_)]
+
+
+def gpu_nodes(plan: Plan, type_: str) -> list:
+    """The GPU nodes among the instances of `type_`: all but the Slurm head node, which the stack tags
+    gpu-cluster:role=head (components/headnode.py)."""
+    from components.headnode import HEAD_ROLE, ROLE_TAG
+
+    return [r for r in plan.of_type(type_) if (r.inputs.get("tags") or {}).get(ROLE_TAG) != HEAD_ROLE]
+
+
+def head_node(plan: Plan, type_: str):
+    """The one Slurm head node among the instances of `type_`."""
+    from components.headnode import HEAD_ROLE, ROLE_TAG
+
+    found = [r for r in plan.of_type(type_) if (r.inputs.get("tags") or {}).get(ROLE_TAG) == HEAD_ROLE]
+    assert len(found) == 1, f"expected one head node, found {len(found)}"
+    return found[0]

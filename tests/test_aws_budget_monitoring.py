@@ -3,11 +3,12 @@
 import json
 
 from components.aws.monitoring import agent_config
+from conftest import gpu_nodes, head_node
 
 BUDGET = "aws:budgets/budget:Budget"
 TOPIC = "aws:sns/topic:Topic"
 ALARM = "aws:cloudwatch/metricAlarm:MetricAlarm"
-ROLES = {"Cluster", "Network", "Compute", "Storage", "Backup", "Budget", "Monitoring"}
+ROLES = {"Cluster", "Network", "Compute", "Storage", "Backup", "Budget", "Monitoring", "Head"}
 
 
 def test_budget_notifications_per_threshold_plus_forecast(sample_plan):
@@ -38,16 +39,20 @@ def test_budget_notifications_per_threshold_plus_forecast(sample_plan):
 def test_alarms_per_node_on_agent_metrics_to_the_topic(sample_plan):
     plan = sample_plan("aws-large")
     topic_arn = plan.one(TOPIC).outputs["arn"]
-    node_ids = sorted(r.id for r in plan.of_type("aws:ec2/instance:Instance"))
+    node_ids = sorted(r.id for r in gpu_nodes(plan, "aws:ec2/instance:Instance"))
+    head_id = head_node(plan, "aws:ec2/instance:Instance").id
     alarms = [r.inputs for r in plan.of_type(ALARM)]
-    assert len(alarms) == 3 * len(node_ids)
+    # Per GPU node: idle, hot, status and the Slurm health check; the head node's status check.
+    assert len(alarms) == 4 * len(node_ids) + 1
     by_metric = {}
     for a in alarms:
         assert a["alarmActions"] == [topic_arn]
         by_metric.setdefault(a["metricName"], []).append(a)
-    assert set(by_metric) == {"nvidia_smi_utilization_gpu", "nvidia_smi_temperature_gpu", "StatusCheckFailed"}
+    assert set(by_metric) == {"nvidia_smi_utilization_gpu", "nvidia_smi_temperature_gpu", "StatusCheckFailed",
+                              "NodeHealthy"}
     for metric, found in by_metric.items():
-        assert sorted(a["dimensions"]["InstanceId"] for a in found) == node_ids
+        expected = sorted(node_ids + [head_id]) if metric == "StatusCheckFailed" else node_ids
+        assert sorted(a["dimensions"]["InstanceId"] for a in found) == expected
     for idle in by_metric["nvidia_smi_utilization_gpu"]:
         assert idle["namespace"] == "CWAgent" and idle["comparisonOperator"] == "LessThanThreshold"
         assert idle["threshold"] == 10 and idle["period"] * idle["evaluationPeriods"] == 2 * 3600
@@ -90,8 +95,9 @@ def test_stack_outputs(sample_plan):
     plan = sample_plan("aws-large")
     out = plan.stack.outputs
     assert set(out) == {"vpc_id", "subnet_id", "placement_group", "node_ids", "fsx_dns_name", "fsx_mount_name",
-                        "checkpoint_bucket", "budget_name", "alarm_topic_arn", "connect"}
-    assert out["node_ids"] == [r.id for r in sorted(plan.of_type("aws:ec2/instance:Instance"), key=lambda r: r.name)]
+                        "checkpoint_bucket", "budget_name", "alarm_topic_arn", "connect",
+                        "head_node_id", "head_address", "munge_secret", "connect_head", "submit_job"}
+    assert out["node_ids"] == [r.id for r in sorted(gpu_nodes(plan, "aws:ec2/instance:Instance"), key=lambda r: r.name)]
     assert out["connect"] == f"aws ssm start-session --target {out['node_ids'][0]} --region us-east-1"
     assert out["fsx_dns_name"].endswith(".fsx.us-east-1.amazonaws.com") and out["fsx_mount_name"]
     assert out["checkpoint_bucket"] == plan.one("aws:s3/bucket:Bucket").outputs["bucket"]

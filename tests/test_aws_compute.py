@@ -5,6 +5,7 @@ import json
 import pytest
 
 from components.aws.compute import market, network_interfaces, wants_placement_group
+from conftest import gpu_nodes
 
 PG = "aws:ec2/placementGroup:PlacementGroup"
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
@@ -13,7 +14,8 @@ SUBNET = "aws:ec2/subnet:Subnet"
 
 
 def _nodes(plan):
-    return sorted(plan.of_type(INSTANCE), key=lambda r: int(r.name.rsplit("-", 1)[-1]))
+    """The GPU nodes, in node order (the Slurm head node is an instance too: tests/test_slurm_wiring.py)."""
+    return sorted(gpu_nodes(plan, INSTANCE), key=lambda r: int(r.name.rsplit("-", 1)[-1]))
 
 
 def _node_subnet_id(plan):
@@ -87,7 +89,7 @@ def test_entry_single_node_has_no_placement_group_and_plain_ena(sample_plan):
         "deviceIndex": 0, "networkCardIndex": 0, "subnetId": _node_subnet_id(plan),
         "securityGroups": template["networkInterfaces"][0]["securityGroups"],
         "deleteOnTermination": "true", "associatePublicIpAddress": "false"}]
-    node = plan.one(INSTANCE).inputs
+    (node,) = [n.inputs for n in _nodes(plan)]
     assert "placementGroup" not in node and node["disableApiTermination"] is False
 
 
@@ -130,14 +132,18 @@ def test_instance_role_is_least_privilege(sample_plan):
     inline = [json.loads(r.inputs["policy"]) for r in plan.of_type("aws:iam/rolePolicy:RolePolicy")
               if "-compute-" in r.name]
     bucket_arn = plan.one("aws:s3/bucket:Bucket").outputs["arn"]
+    secret_arn = plan.one("aws:secretsmanager/secret:Secret").outputs["arn"]
     resources = {s["Resource"] for doc in inline for s in doc["Statement"]}
-    assert resources == {bucket_arn, bucket_arn + "/*"}
+    assert resources == {bucket_arn, bucket_arn + "/*", secret_arn}
     assert not [a for doc in inline for s in doc["Statement"] for a in s["Action"] if "*" in a]
+    # The munge key: read only (the head node alone stores it).
+    assert [s["Action"] for doc in inline for s in doc["Statement"] if s["Resource"] == secret_arn] == [
+        ["secretsmanager:GetSecretValue"]]
 
 
 def test_critical_mixed_protects_only_the_on_demand_node(render_cluster):
     plan = render_cluster("aws-large", {"criticality": "critical", "purchase": "mixed", "nodes": 3})
-    nodes = sorted(plan.of_type("aws:ec2/instance:Instance"), key=lambda r: r.name)
+    nodes = _nodes(plan)
     assert [(n.inputs.get("instanceMarketOptions") or {}).get("marketType") for n in nodes] == [None, "spot", "spot"]
     # EC2 refuses termination protection on spot instances.
     assert [n.inputs["disableApiTermination"] for n in nodes] == [True, False, False]
@@ -148,8 +154,9 @@ def test_nodes_ignore_template_changes_so_a_new_image_never_replaces_them():
     from gpu_cluster.render import render
 
     regs = render(stack_with("aws-large")).registrations
-    nodes = [r for r in regs if r.type == "aws:ec2/instance:Instance"]
+    nodes = [r for r in regs if r.type == "aws:ec2/instance:Instance" and "gpu-cluster:node" in r.inputs["tags"]]
     assert len(nodes) == 2 and all(r.ignore_changes == ["launchTemplate"] for r in nodes)
     assert all(r.inputs["launchTemplate"]["version"] == "$Default" for r in nodes)
-    others = [r for r in regs if r.ignore_changes and r.type != "aws:ec2/instance:Instance"]
-    assert others == [], "only the nodes ignore changes"
+    # The Slurm head node ignores only a newer Ubuntu image (components/aws/head.py).
+    others = [(r.name, r.ignore_changes) for r in regs if r.ignore_changes and r not in nodes]
+    assert others == [("llm-large-head-instance", ["ami"])], "only the nodes (and the head node's image) ignore changes"

@@ -75,10 +75,12 @@ def test_checkpoint_bucket_private_versioned_encrypted_with_lifecycle(sample_pla
 def test_data_volumes_are_protected_encrypted_and_snapshotted(sample_plan):
     plan = sample_plan("aws-large")
     volumes = plan.of_type(VOLUME)
-    assert len(volumes) == 2
+    # One per GPU node and the Slurm head node's state volume (components/headnode.py HEAD_DATA_GB).
+    assert sorted((v.name, v.inputs["size"]) for v in volumes) == [
+        ("llm-large-storage-data-0", 1000), ("llm-large-storage-data-1", 1000), ("llm-large-storage-head-data", 20)]
     for v in volumes:
         assert v.protect
-        assert v.inputs["encrypted"] is True and v.inputs["size"] == 1000 and v.inputs["type"] == "gp3"
+        assert v.inputs["encrypted"] is True and v.inputs["type"] == "gp3"
         assert v.inputs["availabilityZone"] == "us-east-1a"
     attachments = plan.of_type("aws:ec2/volumeAttachment:VolumeAttachment")
     node_ids = {r.id for r in plan.of_type("aws:ec2/instance:Instance")}
@@ -100,8 +102,13 @@ def test_data_volumes_are_protected_encrypted_and_snapshotted(sample_plan):
 
 
 def test_no_data_volumes_no_dlm_policy(render_cluster):
-    plan = render_cluster("aws-entry", {"storage": {"data_disk_gb": 0}})
+    plan = render_cluster("aws-entry", {"storage": {"data_disk_gb": 0}, "scheduler": "none"})
     assert not plan.of_type(VOLUME) and not plan.of_type(DLM)
+    # With Slurm the head node's state volume is still snapshotted.
+    plan = render_cluster("aws-entry", {"storage": {"data_disk_gb": 0}})
+    (volume,) = plan.of_type(VOLUME)
+    assert volume.name == "ml-entry-storage-head-data"
+    assert plan.one(DLM).inputs["policyDetails"]["targetTags"].items() <= volume.inputs["tags"].items()
 
 
 def test_fsx_backup_retention_is_capped_and_reported(render_cluster):
@@ -143,7 +150,7 @@ def test_stateful_urns_survive_type_and_node_count_changes(sample_plan, render_c
         return {r.urn: r for r in plan.resources if r.type in (FSX, BUCKET, VOLUME)}
 
     old, new = stateful(before), stateful(after)
-    assert len(old) == 4 and len(new) == 6  # FSx, bucket, 2 → 4 data volumes
+    assert len(old) == 5 and len(new) == 7  # FSx, bucket, the head node's state volume, 2 → 4 data volumes
     assert set(old) <= set(new)
     assert all(r.protect for r in new.values())
 

@@ -3,7 +3,6 @@ rendered script is valid bash that shellcheck accepts."""
 
 from __future__ import annotations
 
-import base64
 import shutil
 import subprocess
 
@@ -12,8 +11,8 @@ import yaml
 
 from components import catalog
 from components.aws.boot import CLOUDWATCH_AGENT_CTL, DATA_VOLUME_TAG, EBS_MODEL, NVME_MODEL, boot_config
-from components.cloudinit import (DATA_SCRIPT, MD_DEVICE, SCRATCH_SCRIPT, SCRATCH_UNIT, BootConfig, DataDisk, render,
-                                  scripts)
+from components.cloudinit import (DATA_SCRIPT, MD_DEVICE, SCRATCH_SCRIPT, SCRATCH_UNIT, BootConfig, DataDisk, decode,
+                                  render, scripts)
 from components.tencentcloud import boot as tencent_boot
 from gpu_cluster.render import SAMPLE_STACKS
 
@@ -97,8 +96,8 @@ def test_aws_data_volume_is_found_by_the_volume_id_in_the_instance_tags():
 
 
 def test_tencent_nodes_name_their_own_data_disk_and_install_turbo_and_the_driver():
-    text = tencent_boot.user_data(shape=HCC, scratch="none", lustre_source="10.51.0.12@tcp0:/1234abcd/cfs",
-                                  install_driver=True, data_disk_id="disk-1a2b3c4d")
+    text = render(tencent_boot.boot_config(shape=HCC, scratch="none", lustre_source="10.51.0.12@tcp0:/1234abcd/cfs",
+                                           install_driver=True, data_disk_id="disk-1a2b3c4d"))
     doc = _doc(text)
     assert "echo disk-1a2b3c4d" in _file(doc, DATA_SCRIPT)
     turbo = _file(doc, "/usr/local/sbin/gpu-cluster-lustre-client")
@@ -106,14 +105,15 @@ def test_tencent_nodes_name_their_own_data_disk_and_install_turbo_and_the_driver
     steps = [c[0].rsplit("/", 1)[-1] for c in doc["runcmd"] if c[0].startswith("/usr/local/sbin/")]
     # The driver before the fabric manager that must match it (NVSwitch shape).
     assert steps[-2:] == ["gpu-cluster-gpu-driver", "gpu-cluster-fabric-manager"]
-    no_nvswitch = _doc(tencent_boot.user_data(shape=GT4, scratch="disk", lustre_source=None, install_driver=True))
+    no_nvswitch = _doc(render(tencent_boot.boot_config(shape=GT4, scratch="disk", lustre_source=None,
+                                                       install_driver=True)))
     assert "/usr/local/sbin/gpu-cluster-fabric-manager" not in [f["path"] for f in no_nvswitch["write_files"]]
 
 
 def test_launch_template_user_data_is_that_document(sample_plan):
     plan = sample_plan("aws-large")
     template = plan.one("aws:ec2/launchTemplate:LaunchTemplate").inputs
-    doc = _doc(base64.b64decode(template["userData"]).decode())
+    doc = _doc(decode(template["userData"]))
     fs = plan.one("aws:fsx/lustreFileSystem:LustreFileSystem").outputs
     (lustre,) = [m for m in doc["mounts"] if m[1] == "/lustre"]
     assert lustre[0] == f"{fs['dnsName']}@tcp:/{fs['mountName']}"
@@ -121,23 +121,34 @@ def test_launch_template_user_data_is_that_document(sample_plan):
     # The template lets the node read its own tags (the data volume id), and each node carries it.
     assert template["metadataOptions"]["instanceMetadataTags"] == "enabled"
     volumes = {r.id for r in plan.of_type("aws:ebs/volume:Volume")}
-    nodes = plan.of_type("aws:ec2/instance:Instance")
+    nodes = plan.of_type("aws:ec2/instance:Instance")  # the GPU nodes and the Slurm head node
     assert {n.inputs["tags"][DATA_VOLUME_TAG] for n in nodes} == volumes
 
 
 def _rendered_scripts(sample_plan) -> dict[str, str]:
-    """Every boot script of every sample stack, and of the variants the samples do not cover."""
+    """Every boot script of every sample stack (GPU nodes and Slurm head nodes), and of the variants the
+    samples do not cover; each distinct script once. The Slurm scripts (under /opt/gpu-cluster) are
+    tests/test_slurm.py's: it lints every one its generators make for the sample stacks."""
     out: dict[str, str] = {}
+    seen: set[str] = set()
+
+    def add(where: str, user_data: str) -> None:
+        for f in _doc(decode(user_data)).get("write_files", []):
+            if f["path"].startswith("/opt/gpu-cluster/"):
+                continue
+            if f["content"].startswith("#!/bin/bash") and f["content"] not in seen:
+                seen.add(f["content"])
+                out[f"{where}:{f['path']}"] = f["content"]
+
     for stack in SAMPLE_STACKS:
         plan = sample_plan(stack)
         for lt in plan.of_type("aws:ec2/launchTemplate:LaunchTemplate"):
-            doc = _doc(base64.b64decode(lt.inputs["userData"]).decode())
-            out.update({f"{stack}:{f['path']}": f["content"] for f in doc.get("write_files", [])
-                        if f["content"].startswith("#!/bin/bash")})
+            add(stack, lt.inputs["userData"])
+        for head in plan.of_type("aws:ec2/instance:Instance"):
+            if head.inputs.get("userDataBase64"):
+                add(f"{stack}:{head.name}", head.inputs["userDataBase64"])
         for node in plan.of_type("tencentcloud:Instance/instance:Instance"):
-            doc = _doc(node.inputs["userDataRaw"])
-            out.update({f"{stack}:{node.name}:{f['path']}": f["content"] for f in doc.get("write_files", [])
-                        if f["content"].startswith("#!/bin/bash")})
+            add(f"{stack}:{node.name}", node.inputs["userData"])
     variants = [boot_config(G4, "disk", PARAM, FSX_SOURCE, data_disk=True)]
     for i, boot in enumerate(variants):
         out.update({f"variant-{i}:{p}": s for p, s in scripts(boot).items()})

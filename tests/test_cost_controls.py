@@ -18,7 +18,7 @@ from components.aws.compute import block_window, wants_placement_group
 from components.spec import ClusterSpec, SpecError, load_spec, stop_problems
 from components.tencentcloud import costcontrol as tc_controls
 from components.tencentcloud import scf_cost_controls as handler
-from conftest import ROOT, merge, stack_with
+from conftest import ROOT, gpu_nodes, head_node, merge, stack_with
 from gpu_cluster import pricing
 from gpu_cluster.plan import Plan
 from gpu_cluster.policyrun import run_policies
@@ -170,7 +170,8 @@ def _trust(plan: Plan, name_part: str) -> set[str]:
 
 def test_aws_run_windows_are_scheduler_schedules_on_the_nodes(sample_plan):
     plan = sample_plan("aws-scheduled")
-    node_ids = sorted(n.id for n in plan.of_type(INSTANCE))
+    node_ids = sorted(n.id for n in plan.of_type(INSTANCE))  # the GPU node and the Slurm head node
+    assert len(node_ids) == 2 and head_node(plan, INSTANCE).id in node_ids
     schedules = {r.name.rsplit("-cost-controls-", 1)[-1]: r.inputs for r in plan.of_type(SCHEDULE_T)}
     assert set(schedules) == {"start-0", "stop-0"}
     for name, action, hour in (("start-0", "startInstances", 8), ("stop-0", "stopInstances", 20)):
@@ -196,7 +197,8 @@ def test_aws_idle_stop_is_an_alarm_with_the_ec2_stop_action(sample_plan):
     assert (alarm["threshold"], alarm["comparisonOperator"], alarm["period"], alarm["evaluationPeriods"]) == (
         5, "LessThanThreshold", 300, 12)
     assert alarm["treatMissingData"] == "notBreaching"
-    assert alarm["dimensions"] == {"InstanceId": plan.one(INSTANCE).id}
+    (node,) = gpu_nodes(plan, INSTANCE)  # never the head node
+    assert alarm["dimensions"] == {"InstanceId": node.id}
 
 
 def test_aws_budget_stop_is_a_budgets_action_on_the_nodes(sample_plan):
@@ -209,7 +211,8 @@ def test_aws_budget_stop_is_a_budgets_action_on_the_nodes(sample_plan):
         assert {"address": "mlops@example.com", "subscriptionType": "EMAIL"} in action["subscribers"]
     assert stop["actionType"] == "RUN_SSM_DOCUMENTS"
     ssm = stop["definition"]["ssmActionDefinition"]
-    assert ssm["actionSubType"] == "STOP_EC2_INSTANCES" and ssm["instanceIds"] == [plan.one(INSTANCE).id]
+    (node,) = gpu_nodes(plan, INSTANCE)  # the budget stop stops GPU nodes only
+    assert ssm["actionSubType"] == "STOP_EC2_INSTANCES" and ssm["instanceIds"] == [node.id]
     assert _trust(plan, "budget-stop-role") == {"budgets.amazonaws.com"}
     statements = _policy(plan, "budget-stop-policy")["Statement"]
     actions_allowed = sorted(a for s in statements for a in s["Action"])
@@ -244,7 +247,7 @@ def test_step_one_buys_the_block_and_launches_no_node(render_cluster):
     assert {k: block.inputs["tags"][k] for k in ("gpu-cluster:block-hours", "gpu-cluster:block-shape",
                                                    "gpu-cluster:block-count")} == {
         "gpu-cluster:block-hours": "336", "gpu-cluster:block-shape": "p5.48xlarge", "gpu-cluster:block-count": "2"}
-    assert not plan.of_type(INSTANCE)  # EC2 launches into a block only once it is active
+    assert not gpu_nodes(plan, INSTANCE)  # EC2 launches into a block only once it is active
     assert run_policies(plan) == []
     cost = pricing.price_plan(plan, load_book(cache=None))
     lines = [i for i in cost.items if "capacity_block" in i.item]
@@ -258,7 +261,7 @@ def test_step_one_buys_the_block_and_launches_no_node(render_cluster):
 def test_step_two_launches_the_nodes_into_the_block(sample_plan):
     plan = sample_plan("aws-reserved")
     assert not plan.of_type(BLOCK) and not plan.of_type(PG)  # AWS packs a block's instances itself
-    nodes = plan.of_type(INSTANCE)
+    nodes = gpu_nodes(plan, INSTANCE)
     assert len(nodes) == 2
     for node in nodes:
         assert node.inputs["instanceMarketOptions"] == {"marketType": "capacity-block"}
@@ -270,7 +273,7 @@ def test_step_two_launches_the_nodes_into_the_block(sample_plan):
 
 def test_a_bought_block_launches_nothing_before_its_start(render_cluster):
     plan = render_cluster("aws-reserved", {"capacity": {"start_date": SOON}})
-    assert not plan.of_type(INSTANCE) and not plan.of_type(BLOCK)
+    assert not gpu_nodes(plan, INSTANCE) and not plan.of_type(BLOCK)
 
 
 def test_capacity_blocks_are_refused_where_aws_does_not_sell_them():
@@ -299,7 +302,7 @@ def test_an_odcr_is_targeted_in_the_placement_group(render_cluster):
     odcr, group = plan.one(ODCR).inputs, plan.one(PG)
     assert (odcr["instanceType"], odcr["instanceCount"], odcr["instanceMatchCriteria"]) == ("p5.48xlarge", 2, "targeted")
     assert odcr["availabilityZone"] == "us-east-1a" and odcr["placementGroupArn"] == group.outputs["arn"]
-    for node in plan.of_type(INSTANCE):
+    for node in gpu_nodes(plan, INSTANCE):
         target = node.inputs["capacityReservationSpecification"]["capacityReservationTarget"]
         assert target["capacityReservationId"] == plan.one(ODCR).id
         assert "instanceMarketOptions" not in node.inputs
@@ -317,8 +320,9 @@ def test_tencent_controls_are_one_function_with_timer_triggers(sample_plan):
     assert triggers["windows"] == {"name": "windows", "type": "timer", "triggerDesc": "0 0 * * * * *"}
     assert triggers["idle"]["triggerDesc"] == "0 */5 * * * * *"
     config = json.loads(fn["environment"][handler.CONFIG_VARIABLE])
-    node = plan.one(TC_INSTANCE)
-    assert config["nodes"] == config["gpu_nodes"] == [node.id]
+    (node,) = gpu_nodes(plan, TC_INSTANCE)
+    # The windows start and stop the head node too; idle stop watches the GPU node only.
+    assert config["nodes"] == [node.id, head_node(plan, TC_INSTANCE).id] and config["gpu_nodes"] == [node.id]
     assert config["timezone"] == "Asia/Shanghai" and config["idle"] == {"below_pct": 5, "for_minutes": 60}
     assert ["start", [0, 1, 2, 3, 4], 540] in config["events"] and ["stop", [5], 960] in config["events"]
     package = zipfile.ZipFile(io.BytesIO((ROOT / fn["zipFile"]).read_bytes()))
@@ -330,14 +334,15 @@ def test_tencent_controls_are_one_function_with_timer_triggers(sample_plan):
 
 def test_tencent_function_role_may_only_touch_the_cluster_nodes(sample_plan):
     plan = sample_plan("tencent-scheduled")
-    trust = json.loads(plan.one(CAM_ROLE).inputs["document"])
+    [role] = [r for r in plan.of_type(CAM_ROLE) if r.name.endswith("-cost-controls-role")]
+    trust = json.loads(role.inputs["document"])
     assert trust["statement"][0]["principal"] == {"service": ["scf.qcloud.com"]}
-    policy = json.loads(plan.one(CAM_POLICY).inputs["document"])
+    [policy] = [json.loads(r.inputs["document"]) for r in plan.of_type(CAM_POLICY) if r.name.endswith("-cost-controls-policy")]
     [mutate] = [s for s in policy["statement"] if "name/cvm:StopInstances" in s["action"]]
-    node = plan.one(TC_INSTANCE).id
-    assert len(mutate["resource"]) == 1 and mutate["resource"][0].startswith("qcs::cvm:ap-guangzhou:uin/")
-    assert mutate["resource"][0].endswith(f":instance/{node}")
-    assert plan.one(SCF).inputs["role"] == plan.one(CAM_ROLE).inputs["name"]
+    nodes = [n.id for n in gpu_nodes(plan, TC_INSTANCE)] + [head_node(plan, TC_INSTANCE).id]
+    assert all(r.startswith("qcs::cvm:ap-guangzhou:uin/") for r in mutate["resource"])
+    assert sorted(r.rsplit(":instance/", 1)[-1] for r in mutate["resource"]) == sorted(nodes)
+    assert plan.one(SCF).inputs["role"] == role.inputs["name"]
 
 
 def test_tencent_budget_stop_is_a_reminder_at_that_share(sample_plan):
@@ -347,7 +352,7 @@ def test_tencent_budget_stop_is_a_reminder_at_that_share(sample_plan):
 
 
 def test_tencent_prepaid_nodes_carry_the_term_and_renewal(sample_plan):
-    for node in sample_plan("tencent-prepaid").of_type(TC_INSTANCE):
+    for node in gpu_nodes(sample_plan("tencent-prepaid"), TC_INSTANCE):  # the head node is pay-as-you-go
         assert node.inputs["instanceChargeType"] == "PREPAID"
         assert node.inputs["instanceChargeTypePrepaidPeriod"] == 3
         assert node.inputs["instanceChargeTypePrepaidRenewFlag"] == "NOTIFY_AND_AUTO_RENEW"
@@ -464,11 +469,13 @@ def test_missing_data_is_never_idle():
 def test_the_estimate_counts_only_scheduled_hours(sample_plan):
     cost = pricing.price_plan(sample_plan("aws-scheduled"), load_book(cache=None))
     [node] = [i for i in cost.items if i.item.startswith("GPU nodes")]
-    assert node.quantity == pytest.approx(60 * 730 / 168, abs=0.01)
+    [head] = [i for i in cost.items if i.item.startswith("head node")]
+    assert node.quantity == head.quantity == pytest.approx(60 * 730 / 168, abs=0.01)
     controls = {c["control"]: c for c in cost.controls}
     schedule = controls["schedule"]
     assert schedule["monthly_with"] == cost.total
-    assert schedule["monthly_without"] == pytest.approx(cost.total + node.unit_price * (730 - node.quantity), abs=0.05)
+    assert schedule["monthly_without"] == pytest.approx(
+        cost.total + (node.unit_price + head.unit_price) * (730 - node.quantity), abs=0.05)
     assert controls["idle_stop"]["monthly_with"] is None
     assert controls["budget.stop_at_pct"]["monthly_with"] == cost.total  # 319 USD < the 400 USD stop: no cut
 

@@ -310,15 +310,18 @@ def backup_plan(doc, **selection):
 @mutation("aws-large")
 def aws_backup_instead_of_dlm(doc):
     remove(doc, "llm-large-backup-snapshots")
-    backup_plan(doc, resources=[rid(doc, "llm-large-storage-data-0"), rid(doc, "llm-large-storage-data-1")])
+    backup_plan(doc, resources=[rid(doc, "llm-large-storage-data-0"), rid(doc, "llm-large-storage-data-1"),
+                                rid(doc, "llm-large-storage-head-data")])
 
 
-@mutation("aws-large", ("snapshot-schedule", "llm-large-storage-data-0"), ("snapshot-schedule", "llm-large-storage-data-1"))
+@mutation("aws-large", ("snapshot-schedule", "llm-large-storage-data-0"), ("snapshot-schedule", "llm-large-storage-data-1"),
+          ("snapshot-schedule", "llm-large-storage-head-data"))
 def no_snapshots_at_all(doc):
     remove(doc, "llm-large-backup-snapshots")
 
 
-@mutation("aws-large", ("snapshot-schedule", "llm-large-storage-data-1"))
+@mutation("aws-large", ("snapshot-schedule", "llm-large-storage-data-1"),
+          ("snapshot-schedule", "llm-large-storage-head-data"))
 def aws_backup_of_one_volume_only(doc):
     remove(doc, "llm-large-backup-snapshots")
     backup_plan(doc, resources=[rid(doc, "llm-large-storage-data-0")])

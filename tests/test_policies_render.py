@@ -30,8 +30,11 @@ def found(plan: Plan, **kw) -> set[tuple[str, str]]:
 
 
 def nodes(plan: Plan) -> list[str]:
+    """The GPU nodes' names: the Slurm head node (a CPU machine, tagged gpu-cluster:role=head) is no GPU
+    capacity, and the GPU rules say nothing of it."""
     types = ("aws:ec2/instance:Instance", "tencentcloud:Instance/instance:Instance")
-    return [r.name for r in plan.resources if r.type in types]
+    return [r.name for r in plan.resources
+            if r.type in types and (r.inputs.get("tags") or {}).get("gpu-cluster:role") != "head"]
 
 
 def drop(resource: dict, key: str) -> None:

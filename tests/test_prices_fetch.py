@@ -19,6 +19,7 @@ import pytest
 from botocore.stub import Stubber
 
 from components import catalog
+from components.headnode import HEAD_INSTANCE_TYPES
 from gpu_cluster import cli, pricing
 from gpu_cluster.prices import fetch_aws, fetch_tencent, load_book
 from gpu_cluster.prices.cache import PriceCache
@@ -121,8 +122,10 @@ def test_aws_fetch_reads_each_item_from_its_recorded_response():
 
 
 def test_prices_fetch_command_writes_a_cache_that_prices_a_sample_offline(tmp_path, monkeypatch, sample_plan):
-    types = list(catalog.shapes("aws"))
+    # The GPU shapes and the Slurm head node's shape, which the command asks for too.
+    types = list(catalog.shapes("aws")) + [HEAD_INSTANCE_TYPES["aws"]]
     usd = {t: "%.10f" % (s.price_hourly * 0.9) for t, s in catalog.shapes("aws").items() if s.price_hourly}
+    usd[HEAD_INSTANCE_TYPES["aws"]] = "%.10f" % (0.1008 * 0.9)
     client, stub = stubbed_pricing(aws_expectations("us-east-1", types, usd))
     monkeypatch.setattr(fetch_aws, "client", lambda session=None: client)
     out = tmp_path / "cache.json"
@@ -138,6 +141,8 @@ def test_prices_fetch_command_writes_a_cache_that_prices_a_sample_offline(tmp_pa
     assert cost.unpriced == []
     nodes = next(i for i in cost.items if i.item.startswith("GPU nodes"))
     assert nodes.origin == "cache" and nodes.unit_price == pytest.approx(55.04 * 0.9)
+    head = next(i for i in cost.items if i.item.startswith("head node"))
+    assert head.origin == "cache" and head.unit_price == pytest.approx(0.1008 * 0.9)
     lustre = next(i for i in cost.items if i.item.startswith("FSx"))
     assert lustre.origin == "cache" and lustre.unit_price == 0.34 and not lustre.estimate
 
@@ -238,7 +243,7 @@ def test_tencent_prices_fetch_command_and_offline_pricing(tmp_path, monkeypatch,
     assert status == 1, "the HCC shapes need an HPC cluster id: their inquiries fail and the command says so"
     cache = PriceCache.load(out)
     assert {i.key for i in cache.doc.items if i.item == "instance"} == {
-        t for t in catalog.shapes("tencentcloud") if not t.startswith("HCC")}
+        t for t in catalog.shapes("tencentcloud") if not t.startswith("HCC")} | {HEAD_INSTANCE_TYPES["tencentcloud"]}
     cost = pricing.price_plan(sample_plan("tencent-mid"), load_book(None, cache=out))
     nodes = [i for i in cost.items if i.item.startswith("GPU nodes")]
     assert [(n.origin, n.unit_price) for n in nodes] == [("cache", 70.0), ("cache", 70.0)]

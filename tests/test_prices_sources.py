@@ -40,10 +40,15 @@ def test_without_a_price_file_only_honestly_unpriced_items_remain(sample_plan, s
     for item in cost.unpriced:
         cloud, kind, key, _, region = item.lookup.split(" ")
         if kind == "instance":
+            # A GPU shape the catalog has no price for, or a shape it does not carry (the Slurm head
+            # node's) with a prices.yaml row saying no public price was found.
             shape = catalog.shape(cloud, key)
-            assert shape is not None and shape.price_hourly is None
             from gpu_cluster.prices.catalog import entry
-            assert entry(cloud, "instance", key) is None
+            row = entry(cloud, "instance", key)
+            if shape is not None:
+                assert shape.price_hourly is None and row is None, item.lookup
+            else:
+                assert row is not None and row["price"] is None, item.lookup
         else:
             from gpu_cluster.prices.catalog import entry
             row = entry(cloud, kind, key)
@@ -110,7 +115,7 @@ def test_the_stack_config_key_selects_a_price_file_and_the_report_names_sources(
     assert all(i["origin"] == "price file" and i["source"] and i["as_of"] for i in cost["items"])
     catalog_only = build_report(rendered, plan, prices=None, stack_file=stack_with("tencent-large"))
     assert {i["item"] for i in catalog_only["monthly_cost"]["unpriced"]} == {
-        "GPU nodes 1 × HCCPNV6.96XLARGE2304", "NAT gateway (standard)"}
+        "GPU nodes 1 × HCCPNV6.96XLARGE2304", "NAT gateway (standard)", "head node 1 × S5.LARGE8"}
 
 
 def test_plan_prices_option_writes_reports_priced_by_the_file(tmp_path):
@@ -118,8 +123,10 @@ def test_plan_prices_option_writes_reports_priced_by_the_file(tmp_path):
     assert cli.main(["plan", "--stack", "tencent-mid", "--prices", str(EXAMPLE), "--out", str(out)]) == 0
     report = json.loads((out / "tencent-mid.report.json").read_text())
     assert report["monthly_cost"]["unpriced"] == []
+    # Two GT4 nodes, their disks, Turbo, the NAT gateway; the head node and its 50 + 20 GB of disks.
     assert report["monthly_cost"]["total"] == pytest.approx(2 * 80 * 730 + 1.0 * (2 * 200 + 2 * 1000 + 2 * 1000)
-                                                             + 1.2 * 20480 + 0.6 * 730, abs=0.5)
+                                                             + 1.2 * 20480 + 0.6 * 730
+                                                             + 0.9 * 730 + 1.0 * (50 + 20), abs=0.5)
 
 
 def test_a_missing_price_file_is_bad_input(tmp_path):

@@ -13,6 +13,7 @@ from gpu_cluster.pricing import HOURS_PER_MONTH
 
 P5, P4D, G4DN = 55.04, 21.957642, 0.526
 GP3, FSX125, NAT = 0.08, 0.145, 0.045
+M7I = 0.1008                                         # the Slurm head node's shape (prices.yaml instance)
 FSX250, FSX500, FSX1000 = 0.282, 0.471, 0.849      # ap-northeast-1 (2022), third-party: estimates
 USD_CNY = 7.1057                                     # catalog exchange rate (CFETS 2025-09-23)
 GN7, HSSD = 1.26, 0.219                            # Tencent international site, USD
@@ -131,10 +132,12 @@ def test_auto_scaling_groups_split_on_demand_base_and_spot():
 
 # Hand-computed from the catalog rows (instances.yaml, prices.yaml): 730 h a month; gp3 $0.08/GB-month;
 # NAT $0.045/h; FSx PERSISTENT_2 250/500 at the ap-northeast-1 figures.
+# Every sample stack has a Slurm head node: m7i.large all month, its 30 GB root and 20 GB state volume.
+HEAD = M7I * 730 + (30 + 20) * GP3
 SAMPLE_TOTALS = {
-    "aws-entry": 0.526 * 730 + 100 * GP3 + 200 * GP3 + 730 * NAT,                                  # 1 × g4dn.xlarge
-    "aws-mid": 21.957642 * 730 + 200 * GP3 + 1000 * GP3 + 730 * NAT + 2400 * FSX250,              # 1 × p4d.24xlarge
-    "aws-large": 2 * 55.04 * 730 + 2 * 500 * GP3 + 2 * 1000 * GP3 + 730 * NAT + 4800 * FSX500,    # 2 × p5.48xlarge
+    "aws-entry": 0.526 * 730 + 100 * GP3 + 200 * GP3 + 730 * NAT + HEAD,                          # 1 × g4dn.xlarge
+    "aws-mid": 21.957642 * 730 + 200 * GP3 + 1000 * GP3 + 730 * NAT + 2400 * FSX250 + HEAD,       # 1 × p4d.24xlarge
+    "aws-large": 2 * 55.04 * 730 + 2 * 500 * GP3 + 2 * 1000 * GP3 + 730 * NAT + 4800 * FSX500 + HEAD,  # 2 × p5.48xlarge
 }
 
 
@@ -149,17 +152,19 @@ def test_aws_sample_stacks_price_as_computed_by_hand(sample_plan, stack):
 
 
 # Tencent in CNY: international-site USD prices × the catalog rate, CFS Turbo in CNY. What no public
-# page prices stays unpriced: the GT4 and HCC GPU nodes and the HCC local system disks.
+# page prices stays unpriced: the GT4 and HCC GPU nodes and the HCC local system disks, and the Slurm
+# head node's S5 shape (its 50 GB system disk and 20 GB state disk are priced).
 # The standard NAT gateway the program creates has no public price (the page lists traditional ones).
+HEAD_DISKS = HSSD * (50 + 20) * USD_CNY
 TC_TOTALS = {
-    "tencent-entry": (GN7 * 730 + HSSD * (100 + 200)) * USD_CNY,
-    "tencent-mid": HSSD * (2 * 200 + 2 * 1000 + 2 * 1000) * USD_CNY + 20480 * CFS_TP,
-    "tencent-large": HSSD * (2 * 500 + 2 * 2000) * USD_CNY + 40960 * CFS_TB,
+    "tencent-entry": (GN7 * 730 + HSSD * (100 + 200)) * USD_CNY + HEAD_DISKS,
+    "tencent-mid": HSSD * (2 * 200 + 2 * 1000 + 2 * 1000) * USD_CNY + 20480 * CFS_TP + HEAD_DISKS,
+    "tencent-large": HSSD * (2 * 500 + 2 * 2000) * USD_CNY + 40960 * CFS_TB + HEAD_DISKS,
 }
 TC_UNPRICED = {
-    "tencent-entry": ["NAT gateway (standard)"],
-    "tencent-mid": ["GPU nodes 1 × GT4.20XLARGE474"] * 2 + ["NAT gateway (standard)"],
-    "tencent-large": ["GPU nodes 1 × HCCPNV6.96XLARGE2304"] * 2 + ["NAT gateway (standard)"],
+    "tencent-entry": ["NAT gateway (standard)", "head node 1 × S5.LARGE8"],
+    "tencent-mid": ["GPU nodes 1 × GT4.20XLARGE474"] * 2 + ["NAT gateway (standard)", "head node 1 × S5.LARGE8"],
+    "tencent-large": ["GPU nodes 1 × HCCPNV6.96XLARGE2304"] * 2 + ["NAT gateway (standard)", "head node 1 × S5.LARGE8"],
 }
 
 

@@ -26,10 +26,15 @@ def review():
 
 
 def test_fsx_throughput_change_is_a_replacement_with_a_loud_warning(review):
-    replaced = [c for c in review.changes if c.action == "replace"]
-    assert [(c.type, c.keys) for c in replaced] == [
-        ("aws:fsx/lustreFileSystem:LustreFileSystem", ("perUnitStorageThroughput",))]
-    assert replaced[0].protected and replaced[0].dangerous
+    replaced = {c.type: c for c in review.changes if c.action == "replace"}
+    # The file system, and the Slurm head node: a third node changes slurm.conf, which only a new head node
+    # reads (user_data_replace_on_change; its state stays on its data volume, components/aws/head.py).
+    assert {t: c.keys for t, c in replaced.items()} == {
+        "aws:fsx/lustreFileSystem:LustreFileSystem": ("perUnitStorageThroughput",),
+        "aws:ec2/instance:Instance": ("userDataBase64",)}
+    fsx, head = replaced["aws:fsx/lustreFileSystem:LustreFileSystem"], replaced["aws:ec2/instance:Instance"]
+    assert fsx.protected and fsx.dangerous
+    assert head.name == "llm-large-head-instance" and not head.protected
     md = render_markdown([review], "main")
     assert "[!CAUTION]" in md and "Stateful resources would be replaced" in md
     assert "perUnitStorageThroughput: 500 → 1000" in md and "`protect`ed" in md

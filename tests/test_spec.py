@@ -63,6 +63,7 @@ BAD_INPUTS = [
     (AWS, {"tier": "huge"}, None, ["cluster.tier='huge'", "'entry', 'mid' or 'large'"]),
     (AWS, {"purchase": "reserved"}, None, ["cluster.purchase='reserved'", "'on_demand', 'spot' or 'mixed'"]),
     (AWS, {"image_id": "ubuntu-22.04"}, None, ["cluster.image_id='ubuntu-22.04'", "ami-"]),
+    (AWS, {"scheduler": "pbs"}, None, ["cluster.scheduler='pbs'", "'slurm' or 'none'"]),
     (AWS, {}, {"aws": None}, ["aws:region is not set", "aws:region: us-east-1"]),
     (AWS, {"tags": {"aws:owner": "x"}}, None, ["cluster.tags", "reserved tag keys"]),
     (TENCENT, {"storage": {"lustre": {"capacity_gib": 30000, "throughput_per_tib": 100}}}, None,

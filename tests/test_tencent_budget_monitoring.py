@@ -3,7 +3,7 @@
 import json
 
 from components.tencentcloud.budget import warn_jsons
-from conftest import inputs_of
+from conftest import gpu_nodes, inputs_of
 
 BUDGET = "tencentcloud:Billing/budget:Budget"
 NOTICE = "tencentcloud:Monitor/alarmNotice:AlarmNotice"
@@ -65,7 +65,8 @@ def test_gpu_alarms_idle_two_hours_and_hot_bound_to_every_node(sample_plan):
     binding = plan.one("tencentcloud:Monitor/policyBindingObject:PolicyBindingObject").inputs
     assert binding["policyId"] == policy.id
     bound = {json.loads(d["dimensionsJson"])["unInstanceId"] for d in binding["dimensions"]}
-    assert bound == {n.id for n in plan.of_type("tencentcloud:Instance/instance:Instance")}
+    # The GPU nodes, not the Slurm head node: it has no GPU metrics to watch.
+    assert bound == {n.id for n in gpu_nodes(plan, "tencentcloud:Instance/instance:Instance")}
     assert {"key": "gpu-cluster:name", "value": "tc-large"} in i["policyTags"]
 
 
@@ -73,7 +74,8 @@ def test_exports():
     from gpu_cluster.render import read_stack_file, render, stack_path
     out = render(read_stack_file(stack_path("tencent-large"))).outputs
     assert set(out) == {"vpc_id", "subnet_id", "hpc_cluster_id", "node_ids", "cfs_mount_target",
-                        "checkpoint_bucket", "budget_id", "connect"}
+                        "checkpoint_bucket", "budget_id", "connect",
+                        "head_node_id", "head_address", "munge_secret", "connect_head", "submit_job"}
     assert out["hpc_cluster_id"].startswith("hpc-") and len(out["node_ids"]) == 2
     assert out["cfs_mount_target"].endswith("/cfs") and "@tcp0:/" in out["cfs_mount_target"]
     assert out["checkpoint_bucket"] == "tc-large-checkpoints-1250000000"

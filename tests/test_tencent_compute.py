@@ -4,11 +4,22 @@ import pytest
 import yaml
 
 from components import catalog
+from components.cloudinit import decode, render
 from components.tencentcloud import boot
-from conftest import inputs_of
+from conftest import gpu_nodes
 
 INSTANCE = "tencentcloud:Instance/instance:Instance"
 HPC = "tencentcloud:Cvm/hpcCluster:HpcCluster"
+
+
+def inputs_of(plan, type_):
+    """The GPU nodes' inputs (the Slurm head node is an instance too: tests/test_slurm_wiring.py)."""
+    return [r.inputs for r in gpu_nodes(plan, type_)]
+
+
+def document(inputs: dict) -> dict:
+    """A node's #cloud-config, as cloud-init reads it from the compressed user_data."""
+    return yaml.safe_load(decode(inputs["userData"]))
 
 
 def test_large_packs_every_node_into_one_hpc_cluster_in_the_zone(sample_plan):
@@ -93,8 +104,8 @@ def test_spot_and_mixed_map_to_spotpaid_with_a_max_price(render_cluster):
     assert all(n["instanceChargeType"] == "SPOTPAID" and n["spotInstanceType"] == "ONE-TIME"
                and float(n["spotMaxPrice"]) > 0 for n in spot)
     # Registration order is not program order (inputs resolve asynchronously): go by node name.
-    nodes = sorted(render_cluster("tencent-mid", {"purchase": "mixed", "nodes": 3, "storage": {"scratch": "none"}})
-                   .of_type(INSTANCE), key=lambda r: r.name)
+    nodes = sorted(gpu_nodes(render_cluster("tencent-mid", {"purchase": "mixed", "nodes": 3, "storage": {"scratch": "none"}}),
+                             INSTANCE), key=lambda r: r.name)
     mixed = [r.inputs for r in nodes]
     assert [r.name.rsplit("-", 1)[-1] for r in nodes] == ["0", "1", "2"]
     assert [n["instanceChargeType"] for n in mixed] == ["POSTPAID_BY_HOUR", "SPOTPAID", "SPOTPAID"]
@@ -105,11 +116,11 @@ def test_user_data_is_cloud_config_mounting_turbo_and_installing_the_driver(samp
     plan = sample_plan("tencent-mid")
     target = plan.stack.outputs["cfs_mount_target"]
     disks = {r.name.rsplit("-", 1)[-1]: r.id for r in plan.of_type("tencentcloud:Cbs/storage:Storage")}
-    for node in plan.of_type(INSTANCE):
+    for node in gpu_nodes(plan, INSTANCE):
         inputs = node.inputs
-        assert "userData" not in inputs
-        doc = yaml.safe_load(inputs["userDataRaw"])
-        assert inputs["userDataRaw"].startswith("#cloud-config\n")
+        assert "userDataRaw" not in inputs
+        doc = document(inputs)
+        assert decode(inputs["userData"]).startswith("#cloud-config\n")
         lustre = [m for m in doc["mounts"] if m[1] == "/lustre"]
         assert len(lustre) == 1 and lustre[0][2] == "lustre" and lustre[0][0] == target
         assert "@tcp0:/" in target and target.endswith("/cfs")
@@ -139,12 +150,12 @@ def test_the_image_is_the_newest_from_the_lookups_list(sample_plan):
 def test_own_image_skips_the_driver_installer(render_cluster):
     (node,) = inputs_of(render_cluster("tencent-entry", {"image_id": "img-abcd1234"}), INSTANCE)
     assert node["imageId"] == "img-abcd1234"
-    assert "auto_install.sh" not in node["userDataRaw"]
+    assert "auto_install.sh" not in decode(node["userData"])
 
 
 def test_shapes_with_local_nvme_stripe_them_at_boot():
     shape = catalog.shape("tencentcloud", "HCCPNV4h.48XLARGE1024")
-    doc = yaml.safe_load(boot.user_data(shape=shape, scratch="nvme", lustre_source=None, install_driver=False))
+    doc = yaml.safe_load(render(boot.boot_config(shape=shape, scratch="nvme", lustre_source=None, install_driver=False)))
     assert any(f["path"] == "/usr/local/sbin/gpu-cluster-scratch" and "EXPECTED=4" in f["content"]
                for f in doc["write_files"])
     assert "mounts" not in doc
@@ -153,7 +164,7 @@ def test_shapes_with_local_nvme_stripe_them_at_boot():
 def test_critical_mixed_protects_only_the_on_demand_node(render_cluster):
     plan = render_cluster("tencent-mid", {"criticality": "critical", "purchase": "mixed", "nodes": 3,
                                           "storage": {"scratch": "none"}})
-    nodes = sorted(plan.of_type(INSTANCE), key=lambda r: r.name)
+    nodes = sorted(gpu_nodes(plan, INSTANCE), key=lambda r: r.name)
     assert [n.inputs["instanceChargeType"] for n in nodes] == ["POSTPAID_BY_HOUR", "SPOTPAID", "SPOTPAID"]
     assert [n.inputs["disableApiTermination"] for n in nodes] == [True, False, False]
 
@@ -163,13 +174,17 @@ def test_nodes_keep_their_image_and_boot_config_when_they_change():
     from gpu_cluster.render import render
 
     regs = render(stack_with("tencent-large")).registrations
-    nodes = [r for r in regs if r.type == INSTANCE]
-    assert len(nodes) == 2 and all(r.ignore_changes == ["imageId", "userDataRaw"] for r in nodes)
+    nodes = [r for r in regs if r.type == INSTANCE and r.inputs["tags"].get("gpu-cluster:role") != "head"]
+    # userDataRaw stays ignored for nodes made before the user data was compressed (they hold it there).
+    assert len(nodes) == 2 and all(r.ignore_changes == ["imageId", "userDataRaw", "userData"] for r in nodes)
+    # The head node keeps its image; a changed boot config replaces it (components/tencentcloud/head.py).
+    (head,) = [r for r in regs if r.type == INSTANCE and r not in nodes]
+    assert head.ignore_changes == ["imageId"] and head.inputs["userDataReplaceOnChange"] is True
 
 
 def test_data_disk_is_found_by_its_id_never_by_size(sample_plan):
     for node in inputs_of(sample_plan("tencent-mid"), INSTANCE):
-        doc = yaml.safe_load(node["userDataRaw"])
+        doc = document(node)
         (script,) = [f["content"] for f in doc["write_files"] if f["path"] == "/usr/local/sbin/gpu-cluster-data"]
         assert "echo disk-" in script and "getsize64" not in script
         assert ["systemctl", "enable", "--now", "--no-block", "gpu-cluster-data.service"] in doc["runcmd"]

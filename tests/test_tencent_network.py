@@ -75,9 +75,9 @@ def test_existing_subnet_is_used_and_nothing_networky_is_created(render_cluster)
     plan = render_cluster("tencent-entry", {"network": {"existing_subnet_id": "subnet-abcd1234"}})
     for type_ in (VPC, SUBNET, "tencentcloud:Nat/gateway:Gateway", "tencentcloud:Eip/instance:Instance"):
         assert plan.of_type(type_) == []
-    node = plan.one(INSTANCE).inputs
-    assert node["subnetId"] == "subnet-abcd1234"
-    assert node["vpcId"].startswith("vpc-")
+    for node in inputs_of(plan, INSTANCE):  # the GPU node and the Slurm head node
+        assert node["subnetId"] == "subnet-abcd1234"
+        assert node["vpcId"].startswith("vpc-")
     log = plan.one("tencentcloud:Vpc/flowLog:FlowLog").inputs
     assert log["resourceType"] == "SUBNET" and log["resourceId"] == "subnet-abcd1234"
 

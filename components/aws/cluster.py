@@ -1,4 +1,6 @@
-"""The AWS cluster (docs/architecture.md): network → storage → backup → budget → compute → monitoring.
+"""The AWS cluster (docs/architecture.md): network → storage → backup → budget → head node → compute →
+monitoring → cost controls. The head node (scheduler slurm) comes before the GPU nodes: they name its
+address and its munge-key secret.
 
 Every role is its own component (`gpu-cluster:aws:<Role>`), parented here and named
 `<cluster name>-<role>`. `exports` are the stack outputs `__main__.py` publishes.
@@ -17,9 +19,12 @@ from components.aws.notes import fsx_backup_days
 from components.aws.budget import Budget, BudgetArgs
 from components.aws.compute import Compute, ComputeArgs
 from components.aws.costcontrol import CostControlArgs, CostControls
-from components.aws.monitoring import Monitoring, MonitoringArgs
+from components.aws.head import Head, HeadArgs, secret_name
+from components.aws.monitoring import Monitoring, MonitoringArgs, NodeHealth
 from components.aws.network import Network, NetworkArgs
 from components.aws.storage import Storage, StorageArgs
+from components.headnode import HEAD_DATA_GB, head_address, submit_command
+from components.slurm import from_spec
 from components.spec import Cluster
 
 
@@ -40,15 +45,17 @@ class ClusterComponent(pulumi.ComponentResource):
             region=cluster.region, zone=spec.zone, cidr=spec.network.cidr, ssh_cidrs=spec.network.ssh_cidrs,
             existing_subnet_id=spec.network.existing_subnet_id, tags=tags), child)
 
+        slurm = spec.scheduler == "slurm"
         backup_tags = {BACKUP_TAG: name}
         storage = Storage(f"{name}-storage", StorageArgs(
             zone=spec.zone, vpc_id=network.vpc_id, subnet_id=network.subnet_id,
             node_security_group_id=network.security_group_id, lustre=spec.storage.lustre,
             fsx_backup_retention_days=fsx_backup_days(spec),
             checkpoint_bucket=spec.storage.checkpoint_bucket, data_disk_gb=spec.storage.data_disk_gb,
-            nodes=spec.nodes, backup_tags=backup_tags, tags=tags), child)
+            nodes=spec.nodes, backup_tags=backup_tags, tags=tags, head_data_gb=HEAD_DATA_GB if slurm else 0),
+            child)
 
-        if storage.data_volume_ids:
+        if storage.data_volume_ids or storage.head_volume_id is not None:
             Backup(f"{name}-backup", BackupArgs(
                 partition=partition, target_tags=backup_tags, every_hours=spec.snapshots.every_hours,
                 retain=spec.snapshots.retain, tags=tags), child)
@@ -58,6 +65,16 @@ class ClusterComponent(pulumi.ComponentResource):
             thresholds_pct=spec.budget.thresholds_pct, emails=spec.budget.emails, account_id=account_id,
             tags=tags), child)
 
+        head = slurm_input = None
+        if slurm:
+            slurm_input = network.subnet_cidr.apply(
+                lambda cidr: from_spec(cluster, head_address(cidr), secret_name(name)))
+            head = Head(f"{name}-head", HeadArgs(
+                cluster_name=name, zone=spec.zone, subnet_id=network.subnet_id,
+                security_group_id=network.security_group_id, partition=partition, tags=tags, slurm=slurm_input,
+                data_volume_id=storage.head_volume_id, termination_protection=spec.criticality == "critical",
+                lustre_dns_name=storage.fsx_dns_name, lustre_mount_name=storage.fsx_mount_name), child)
+
         compute = Compute(f"{name}-compute", ComputeArgs(
             cluster_name=name, shape=cluster.shape, nodes=spec.nodes, tier=spec.tier, zone=spec.zone,
             subnet_id=network.subnet_id, security_group_id=network.security_group_id, partition=partition,
@@ -66,16 +83,22 @@ class ClusterComponent(pulumi.ComponentResource):
             termination_protection=spec.criticality == "critical", image_id=spec.image_id,
             bucket_arn=storage.bucket_arn, lustre_dns_name=storage.fsx_dns_name,
             lustre_mount_name=storage.fsx_mount_name, data_volume_ids=storage.data_volume_ids,
-            data_disk_gb=spec.storage.data_disk_gb, capacity=spec.capacity), child)
+            data_disk_gb=spec.storage.data_disk_gb, capacity=spec.capacity, slurm=slurm_input,
+            munge_secret_arn=head.secret_arn if head else None, after=[head.instance] if head else ()), child)
 
         controls = spec.schedule is not None or spec.idle_stop is not None or spec.budget.stop_at_pct is not None
         Monitoring(f"{name}-monitoring", MonitoringArgs(
-            node_ids=compute.node_ids, topic_arn=budget.topic_arn, tags=tags, stopped_by_controls=controls), child)
+            node_ids=compute.node_ids, topic_arn=budget.topic_arn, tags=tags, stopped_by_controls=controls,
+            health=NodeHealth(slurm_input) if slurm else None,
+            head_id=head.instance_id if head else None), child)
 
+        # The windows start and stop the head node with the GPU nodes; idle stop and the budget stop
+        # only ever stop GPU nodes.
+        every_node = compute.node_ids + ([head.instance_id] if head else [])
         if controls:
             CostControls(f"{name}-cost-controls", CostControlArgs(
                 cluster_name=name, region=cluster.region, account_id=account_id, partition=partition,
-                node_ids=compute.node_ids, gpu_node_ids=compute.node_ids, tags=tags, topic_arn=budget.topic_arn,
+                node_ids=every_node, gpu_node_ids=compute.node_ids, tags=tags, topic_arn=budget.topic_arn,
                 schedule=spec.schedule, idle_stop=spec.idle_stop, budget_name=budget.budget_name,
                 stop_at_pct=spec.budget.stop_at_pct, emails=spec.budget.emails), child)
 
@@ -95,6 +118,15 @@ class ClusterComponent(pulumi.ComponentResource):
                                                  "capacity.reservation_id to capacity_reservation_id and run "
                                                  "pulumi up again")),
         }
+        if head is not None:
+            self.exports.update({
+                "head_node_id": head.instance_id,
+                "head_address": head.private_ip,
+                "munge_secret": head.secret_arn,
+                "connect_head": pulumi.Output.concat("aws ssm start-session --target ", head.instance_id,
+                                                     " --region ", cluster.region),
+                "submit_job": slurm_input.apply(submit_command),
+            })
         if compute.reservation_id is not None:
             self.exports["capacity_reservation_id"] = compute.reservation_id
         self.register_outputs(self.exports)

@@ -3,6 +3,8 @@
 A cluster placement group for every multi-node or large cluster; one launch template (Deep Learning
 AMI, IMDSv2 only, encrypted gp3 root, least-privilege instance profile, every EFA card of the shape,
 no public IP, cloud-init boot config); one `aws.ec2.Instance` per node made from it, in the group.
+With scheduler slurm every node's boot also joins the cluster's Slurm (components/slurm): configless
+slurmd pointed at the head node (components/aws/head.py), created after it.
 
 Why instances and not an Auto Scaling group: each node owns a protected, snapshotted data volume with
 a stable name (`<name>-data-<i>`) attached to a stable node `<name>-node-<i>`; an ASG replaces
@@ -12,7 +14,6 @@ exactly (node 0 on-demand, the rest spot).
 
 from __future__ import annotations
 
-import base64
 import datetime
 from dataclasses import dataclass
 from typing import Literal, Mapping, Optional, Sequence
@@ -23,7 +24,9 @@ import pulumi_aws as aws
 from components.aws.common import assume_role_policy, aws_managed_policy, policy_output, tagged
 from components.catalog import Shape
 from components.aws.boot import DATA_VOLUME_TAG, boot_config
-from components.cloudinit import render
+from components.aws.head import munge_policy
+from components.cloudinit import encode, render, size_problem
+from components.slurm import SlurmCluster, node_boot_parts, with_slurm
 from components.spec import Capacity, node_is_spot
 
 # The Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04), published as an SSM public
@@ -134,6 +137,14 @@ class ComputeArgs:
     capacity: Optional[Capacity] = None
     """Bought-ahead capacity (spec.Capacity): an On-Demand Capacity Reservation or a Capacity Block for
     every node; None or type none: plain on-demand/spot."""
+    slurm: Optional[pulumi.Output[SlurmCluster]] = None
+    """scheduler slurm: the cluster's Slurm input; every node's boot joins it (components/slurm
+    node_boot_parts, one user data for all nodes: a node learns its index from its gpu-cluster:node tag).
+    None: no scheduler."""
+    munge_secret_arn: Optional[pulumi.Input[str]] = None
+    """The munge-key secret the nodes may read (components/aws/head.py); None: no scheduler."""
+    after: Sequence[pulumi.Resource] = ()
+    """Created before the nodes (the head node: its fixed address must be taken first)."""
 
 
 class Compute(pulumi.ComponentResource):
@@ -282,13 +293,17 @@ class Compute(pulumi.ComponentResource):
 
     def _instance_role(self, name: str, args: ComputeArgs,
                        child: pulumi.ResourceOptions) -> tuple[aws.iam.Role, aws.iam.InstanceProfile]:
-        """Least privilege: SSM core (sessions, no SSH keys), the CloudWatch agent, the checkpoint bucket."""
+        """Least privilege: SSM core (sessions, no SSH keys), the CloudWatch agent, the checkpoint bucket,
+        and with Slurm reading (only reading) the munge-key secret."""
         role_name = f"{name}-node-role"
         role = aws.iam.Role(role_name, assume_role_policy=assume_role_policy("ec2.amazonaws.com"),
                             description=f"GPU nodes of {args.cluster_name}", tags=tagged(args.tags, role_name), opts=child)
         for suffix, policy in (("ssm", "AmazonSSMManagedInstanceCore"), ("cloudwatch", "CloudWatchAgentServerPolicy")):
             aws.iam.RolePolicyAttachment(f"{name}-node-role-{suffix}", role=role.name,
                                          policy_arn=aws_managed_policy(args.partition, policy), opts=child)
+        if args.munge_secret_arn is not None:
+            aws.iam.RolePolicy(f"{name}-node-role-munge-key", role=role.id,
+                               policy=munge_policy(args.munge_secret_arn, write=False), opts=child)
         if args.bucket_arn is not None:
             aws.iam.RolePolicy(
                 f"{name}-node-role-checkpoints", role=role.id,
@@ -320,17 +335,23 @@ class Compute(pulumi.ComponentResource):
 
     @staticmethod
     def _user_data(name: str, args: ComputeArgs, cloudwatch_parameter: str) -> pulumi.Output[str]:
-        """cloud-init as data, base64 for the launch template. Only rendering happens inside apply()
-        (no resources are created there, so previews stay complete)."""
-        def encode(lustre_source: Optional[str]) -> str:
+        """cloud-init as data, gzip and base64 for the launch template (components/cloudinit.py encode:
+        with Slurm the document is over EC2's 16 KB). Only rendering happens inside apply() (no resources
+        are created there, so previews stay complete)."""
+        def document(lustre_source: Optional[str], slurm: Optional[SlurmCluster]) -> str:
             boot = boot_config(args.shape, args.scratch, cloudwatch_parameter, lustre_source,
                                data_disk=bool(args.data_volume_ids), image_scratch=args.image_id is None)
-            return base64.b64encode(render(boot).encode()).decode()
+            if slurm is not None:
+                boot = with_slurm(boot, node_boot_parts(slurm))
+            encoded = encode(render(boot))
+            problem = size_problem(encoded, "raw", f"the GPU nodes of {args.cluster_name}")
+            if problem:
+                raise pulumi.RunError(problem)
+            return encoded
 
-        if args.lustre_dns_name is None or args.lustre_mount_name is None:
-            return pulumi.Output.from_input(encode(None))
-        return pulumi.Output.all(args.lustre_dns_name, args.lustre_mount_name).apply(
-            lambda fs: encode(f"{fs[0]}@tcp:/{fs[1]}"))
+        lustre = (pulumi.Output.concat(args.lustre_dns_name, "@tcp:/", args.lustre_mount_name)
+                  if args.lustre_dns_name is not None and args.lustre_mount_name is not None else None)
+        return pulumi.Output.all(lustre, args.slurm).apply(lambda v: document(v[0], v[1]))
 
     def _node(self, name: str, index: int, args: ComputeArgs, template: aws.ec2.LaunchTemplate,
               data_volume: Optional[pulumi.Input[str]]) -> aws.ec2.Instance:
@@ -383,5 +404,5 @@ class Compute(pulumi.ComponentResource):
                         **({BLOCK_HOURS_TAG: str(args.capacity.duration_hours)}
                            if args.capacity is not None and args.capacity.type == "capacity_block"
                            and args.capacity.duration_hours else {})),
-            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["launchTemplate"]),
+            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["launchTemplate"], depends_on=list(args.after)),
         )

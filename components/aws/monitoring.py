@@ -1,5 +1,6 @@
 """Monitoring role on AWS (docs/architecture.md): per-node CloudWatch alarms to the alert topic — GPUs idle (money
-burning), GPUs too hot, and the EC2 status check.
+burning), GPUs too hot, and the EC2 status check; with Slurm also a failed boot health check per node and the
+head node's status check.
 
 The GPU metrics come from the CloudWatch agent's `nvidia_gpu` section (namespace CWAgent, metric names
 `nvidia_smi_<measurement>`; CloudWatch user guide, "Collect NVIDIA GPU metrics"). The agent publishes every GPU
@@ -19,6 +20,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components.aws.common import tagged
+from components.slurm import SlurmCluster
 
 NAMESPACE = "CWAgent"
 GPU_UTILISATION = "nvidia_smi_utilization_gpu"
@@ -50,6 +52,15 @@ def agent_config() -> str:
 
 
 @dataclass(frozen=True)
+class NodeHealth:
+    """The Slurm boot health check's metric (components/slurm/scripts.py node-health): published once per
+    check in the cluster's metric namespace and name, with the dimensions ClusterName, NodeName and
+    InstanceId, value 1 healthy, 0 not."""
+
+    slurm: pulumi.Output[SlurmCluster]
+
+
+@dataclass(frozen=True)
 class MonitoringArgs:
     node_ids: Sequence[pulumi.Input[str]]
     """Instance ids, in node order; one set of alarms each."""
@@ -58,6 +69,10 @@ class MonitoringArgs:
     tags: Mapping[str, str]
     stopped_by_controls: bool = False
     """Cost controls stop the nodes on purpose: a stopped node sends no metrics, which is then no alarm."""
+    health: Optional[NodeHealth] = None
+    """scheduler slurm: alarm when a node's health check fails. None: no scheduler."""
+    head_id: Optional[pulumi.Input[str]] = None
+    """The Slurm head node, watched by its EC2 status check. None: no head node."""
 
 
 class Monitoring(pulumi.ComponentResource):
@@ -99,6 +114,27 @@ class Monitoring(pulumi.ComponentResource):
                   alarm_description=f"EC2 status check of {name} node {i} failing (instance or host)",
                   namespace="AWS/EC2", metric_name="StatusCheckFailed", dimensions=node, statistic="Maximum",
                   period=60, evaluation_periods=3, threshold=1,
+                  comparison_operator="GreaterThanOrEqualToThreshold",
+                  treat_missing_data="notBreaching" if args.stopped_by_controls else "missing")
+            if args.health is not None:
+                # The check runs at boot and whenever node-health.sbatch runs, so data is sparse: only a
+                # published 0 alarms; no data is nothing to report (the status alarm covers a dead node).
+                # CloudWatch matches a metric by all its dimensions (CloudWatch user guide, "Dimensions").
+                c = args.health.slurm
+                alarm(f"{name}-node-{i}-unhealthy",
+                      alarm_description=f"GPU node {i} failed its boot health check (GPUs, NVLink, EFA, mounts): Slurm "
+                                        f"has drained it; the reason is in `sinfo -R` on the head node",
+                      namespace=c.apply(lambda s: s.metric_namespace), metric_name=c.apply(lambda s: s.metric_name),
+                      dimensions={"ClusterName": c.apply(lambda s: s.name),
+                                  "NodeName": c.apply(lambda s, i=i: s.node_name(i)), "InstanceId": node_id},
+                      statistic="Minimum", period=300, evaluation_periods=1, threshold=1,
+                      comparison_operator="LessThanThreshold", treat_missing_data="notBreaching")
+        if args.head_id is not None:
+            alarm(f"{name}-head-status",
+                  alarm_description="EC2 status check of the Slurm head node failing (instance or host): no scheduling "
+                                    "until it recovers",
+                  namespace="AWS/EC2", metric_name="StatusCheckFailed", dimensions={"InstanceId": args.head_id},
+                  statistic="Maximum", period=60, evaluation_periods=3, threshold=1,
                   comparison_operator="GreaterThanOrEqualToThreshold",
                   treat_missing_data="notBreaching" if args.stopped_by_controls else "missing")
 

@@ -50,6 +50,8 @@ class Network(pulumi.ComponentResource):
 
     vpc_id: pulumi.Output[str]
     subnet_id: pulumi.Output[str]
+    subnet_cidr: pulumi.Output[str]
+    """The node subnet's range (the head node's fixed address is computed from it)."""
     security_group_id: pulumi.Output[str]
     shared: bool
     """True when the subnet was given (`existing_subnet_id`) rather than created here."""
@@ -63,8 +65,10 @@ class Network(pulumi.ComponentResource):
             subnet = aws.ec2.get_subnet_output(id=args.existing_subnet_id, opts=pulumi.InvokeOptions(parent=self))
             self.vpc_id = subnet.vpc_id
             self.subnet_id = pulumi.Output.from_input(args.existing_subnet_id)
+            self.subnet_cidr = subnet.cidr_block
         else:
             self.vpc_id, self.subnet_id = self._vpc(name, args, child)
+            self.subnet_cidr = pulumi.Output.from_input(str(subnet_cidrs(args.cidr)[0]))
 
         sg_name = f"{name}-nodes"
         sg = aws.ec2.SecurityGroup(
@@ -100,6 +104,7 @@ class Network(pulumi.ComponentResource):
         self.register_outputs({
             "vpc_id": self.vpc_id,
             "subnet_id": self.subnet_id,
+            "subnet_cidr": self.subnet_cidr,
             "security_group_id": self.security_group_id,
         })
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from components import catalog
+from components.headnode import FIRST_JOB, HEAD_DATA_GB, HEAD_HOST_OFFSET, HEAD_INSTANCE_TYPES
 from components.spec import NAME_TAG
 
 if TYPE_CHECKING:
@@ -48,7 +49,28 @@ def notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
         out.append(f"snapshots.retain={spec.snapshots.retain}: FSx for Lustre keeps automatic backups at most {cap} "
                    f"days, so the file system's backups are kept {cap} days (data-volume snapshots keep "
                    f"{spec.snapshots.retain})")
-    return out + cost_control_notes(spec, shape)
+    return out + slurm_notes(spec) + cost_control_notes(spec, shape)
+
+
+def slurm_notes(spec: "ClusterSpec") -> list[str]:
+    """What scheduler: slurm adds on AWS (components/aws/head.py)."""
+    if spec.scheduler != "slurm":
+        return []
+    return [
+        f"scheduler: slurm — a head node ({HEAD_INSTANCE_TYPES['aws']}, on demand, Canonical's Ubuntu 22.04 like the "
+        f"GPU nodes' Deep Learning AMI) runs slurmctld at the cluster subnet's host {HEAD_HOST_OFFSET} (stack output "
+        f"head_address), its state on its own {HEAD_DATA_GB} GB volume, snapshotted with the data volumes. The munge "
+        f"key is made by the head node at its first boot and kept in the Secrets Manager secret {spec.name}-munge-key: "
+        f"no plan, state or user data holds it. First job: `aws ssm start-session --target <head_node_id>`, then "
+        f"`sudo sbatch /opt/gpu-cluster/jobs/{FIRST_JOB}` (stack outputs connect_head, submit_job)",
+        "scheduler: slurm — cloud-init writes slurm.conf only at a machine's first boot, so a change of the Slurm "
+        "configuration (nodes, purchase, /lustre) replaces the head node: a few minutes without scheduling while the "
+        "new one boots at the same address with the same state volume; running jobs keep running. GPU nodes keep "
+        "their boot config (roll one with `pulumi up --replace`); they fetch slurm.conf from the head node",
+        "scheduler: slurm — every GPU node's boot health check (GPUs, NVLink, EFA, mounts, fio) drains a failing node "
+        "in Slurm and publishes GpuCluster/NodeHealthy; a CloudWatch alarm per node reports a failed check to the "
+        "alarm topic",
+    ]
 
 
 def cost_control_notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
@@ -56,7 +78,8 @@ def cost_control_notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
     out = []
     what = "the GPU nodes"
     if spec.schedule is not None:
-        out.append(f"schedule: EventBridge Scheduler starts {what} when a window opens and stops them when it closes "
+        started = f"{what} and the Slurm head node" if spec.scheduler == "slurm" else what
+        out.append(f"schedule: EventBridge Scheduler starts {started} when a window opens and stops them when it closes "
                    f"({'; '.join(spec.schedule.windows)}, {spec.schedule.timezone}); a node started by hand outside "
                    f"the windows runs until the next stop")
     if spec.idle_stop is not None:

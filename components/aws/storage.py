@@ -47,6 +47,8 @@ class StorageArgs:
     """How many data volumes (one per node)."""
     backup_tags: Mapping[str, str] = field(default_factory=dict)
     """Extra tags on each data volume that put it under the snapshot schedule (components/aws/backup.py)."""
+    head_data_gb: int = 0
+    """Size of the Slurm head node's state volume, GB (components/headnode.py HEAD_DATA_GB); 0: no head node."""
 
 
 class Storage(pulumi.ComponentResource):
@@ -58,6 +60,7 @@ class Storage(pulumi.ComponentResource):
     bucket_name: Optional[pulumi.Output[str]]
     bucket_arn: Optional[pulumi.Output[str]]
     data_volume_ids: list[pulumi.Output[str]]
+    head_volume_id: Optional[pulumi.Output[str]]
 
     def __init__(self, name: str, args: StorageArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("gpu-cluster:aws:Storage", name, None, opts)
@@ -79,6 +82,14 @@ class Storage(pulumi.ComponentResource):
                 encrypted=True, final_snapshot=True,
                 tags=tagged(args.tags, vol_name, **args.backup_tags), opts=keep)
             self.data_volume_ids.append(volume.id)
+        self.head_volume_id = None
+        if args.head_data_gb > 0:
+            # The head node's slurmctld state: kept, encrypted and snapshotted like the nodes' data volumes.
+            vol_name = f"{name}-head-data"
+            self.head_volume_id = aws.ebs.Volume(
+                vol_name, availability_zone=args.zone, size=args.head_data_gb, type=DATA_VOLUME_TYPE,
+                encrypted=True, final_snapshot=True,
+                tags=tagged(args.tags, vol_name, **args.backup_tags), opts=keep).id
 
         self.register_outputs({
             "fsx_id": self.fsx_id,
@@ -87,6 +98,7 @@ class Storage(pulumi.ComponentResource):
             "bucket_name": self.bucket_name,
             "bucket_arn": self.bucket_arn,
             "data_volume_ids": self.data_volume_ids,
+            "head_volume_id": self.head_volume_id,
         })
 
     def _lustre(self, name: str, args: StorageArgs, child: pulumi.ResourceOptions,

@@ -1,4 +1,5 @@
-"""Snapshot schedules on Tencent Cloud: a CBS snapshot policy on every data disk, CFS auto-snapshots.
+"""Snapshot schedules on Tencent Cloud: a CBS snapshot policy on every data disk (the Slurm head node's
+state disk too), CFS auto-snapshots.
 
 The hours come from the shared `components.schedules` so both clouds snapshot at the same times for
 the same `snapshots.every_hours`; `snapshots.retain` is days here (CBS `retention_days`, CFS
@@ -32,6 +33,8 @@ class BackupArgs:
     """CBS disks to snapshot, by node index. Empty: no CBS policy."""
     file_system_id: Optional[pulumi.Input[str]] = None
     """CFS Turbo file system to snapshot. None: no CFS policy."""
+    head_disk_id: Optional[pulumi.Input[str]] = None
+    """The Slurm head node's state disk, snapshotted with the data disks. None: no head node."""
 
 
 class Backup(pulumi.ComponentResource):
@@ -45,7 +48,7 @@ class Backup(pulumi.ComponentResource):
         hours = snapshot_hours(args.every_hours)
 
         self.snapshot_policy_id = None
-        if args.data_disk_ids:
+        if args.data_disk_ids or args.head_disk_id is not None:
             policy = tencentcloud.cbs.SnapshotPolicy(
                 f"{prefix}-disk-snapshots", snapshot_policy_name=f"{prefix}-data",
                 repeat_weekdays=list(ALL_WEEKDAYS), repeat_hours=hours, retention_days=args.retain_days,
@@ -56,6 +59,9 @@ class Backup(pulumi.ComponentResource):
             for i, disk_id in enumerate(args.data_disk_ids):
                 tencentcloud.cbs.SnapshotPolicyAttachment(f"{prefix}-data-{i}-snapshots", snapshot_policy_id=policy.id,
                                                           storage_id=disk_id, opts=child)
+            if args.head_disk_id is not None:
+                tencentcloud.cbs.SnapshotPolicyAttachment(f"{prefix}-head-data-snapshots", snapshot_policy_id=policy.id,
+                                                          storage_id=args.head_disk_id, opts=child)
 
         self.file_system_policy_id = None
         if args.file_system_id is not None:

@@ -11,7 +11,9 @@ import shlex
 from typing import Optional
 
 from components.catalog import Shape
-from components.cloudinit import BootConfig, DataDisk, LustreMount, Step, bash_script, render
+import pulumi
+
+from components.cloudinit import BootConfig, DataDisk, LustreMount, Step, bash_script, encode, render, size_problem
 
 # CFS Turbo is mounted with Tencent's Turbo client, which `cfs_turbo_client_setup` installs for the
 # running kernel and refuses on a kernel it does not support (CFS documentation, "Using CFS Turbo on
@@ -74,21 +76,40 @@ def driver_step() -> Step:
         .replace("{url}", shlex.quote(DRIVER_INSTALLER_URL))))
 
 
-def user_data(*, shape: Shape, scratch: str, lustre_source: Optional[str], install_driver: bool,
-              data_disk_id: Optional[str] = None) -> str:
-    """The #cloud-config document of one node (its data disk is known by id)."""
+def boot_config(*, shape: Shape, scratch: str, lustre_source: Optional[str], install_driver: bool,
+                data_disk_id: Optional[str] = None) -> BootConfig:
+    """What one node does at boot (its data disk is known by id)."""
     steps = []
     if install_driver:
         steps.append(driver_step())
         if shape.interconnect == "nvswitch":
             steps.append(Step("gpu-cluster-fabric-manager", _FABRIC_MANAGER_SH))
-    return render(BootConfig(
+    return BootConfig(
         nvme_devices=shape.nvme_count,
         nvme_model=None,  # Tencent publishes no model string for local NVMe: blank, unmounted NVMe disks
         scratch=scratch,
-        lustre=LustreMount(source=lustre_source, client_script=TURBO_CLIENT_SH) if lustre_source else None,
-        # A CBS disk's serial is its disk id: /dev/disk/by-id/virtio-<disk id> (Cloud Block Storage
-        # documentation, "Initializing Cloud Disks": intl.cloud.tencent.com/document/product/362/6734).
-        data_disk=DataDisk(serial=data_disk_id) if data_disk_id else None,
+        lustre=lustre_mount(lustre_source),
+        data_disk=data_disk(data_disk_id),
         steps=tuple(steps),
-    ))
+    )
+
+
+def lustre_mount(source: Optional[str]) -> Optional[LustreMount]:
+    """/lustre from CFS Turbo, through Tencent's Turbo client."""
+    return LustreMount(source=source, client_script=TURBO_CLIENT_SH) if source else None
+
+
+def data_disk(disk_id: Optional[str]) -> Optional[DataDisk]:
+    """A CBS disk's serial is its disk id: /dev/disk/by-id/virtio-<disk id> (Cloud Block Storage
+    documentation, "Initializing Cloud Disks": intl.cloud.tencent.com/document/product/362/6734)."""
+    return DataDisk(serial=disk_id) if disk_id else None
+
+
+def user_data(boot: BootConfig, what: str) -> str:
+    """`boot` as the instance's user_data: base64 of the gzipped #cloud-config (components/cloudinit.py
+    encode), at most 16 KB of base64 (provider doc instance v1.82.42, user_data)."""
+    encoded = encode(render(boot))
+    problem = size_problem(encoded, "base64", what)
+    if problem:
+        raise pulumi.RunError(problem)
+    return encoded

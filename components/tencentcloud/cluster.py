@@ -1,8 +1,9 @@
-"""One GPU training cluster on Tencent Cloud: network, storage, compute, backup, budget, monitoring.
+"""One GPU training cluster on Tencent Cloud: network, storage, head node, compute, backup, budget, monitoring.
 
 Order follows the data: the network first; storage before compute (the nodes' boot config mounts
-the CFS Turbo file system, and the persistent disks exist before the nodes they attach to); backup
-after storage; monitoring after the nodes and the budget's alarm notice.
+the CFS Turbo file system, and the persistent disks exist before the nodes they attach to); the Slurm
+head node (scheduler slurm) before the GPU nodes, whose boot names its address and the munge-key
+secret; backup after storage; monitoring after the nodes and the budget's alarm notice.
 """
 
 from __future__ import annotations
@@ -12,8 +13,11 @@ from typing import Optional
 import pulumi
 import tencentcloud_iac_pulumi as tencentcloud
 
+from components.headnode import HEAD_DATA_GB, head_address, submit_command
+from components.slurm import from_spec, node_boot_parts, with_slurm
 from components.spec import Cluster, tencent_turbo_type
 from components.tencentcloud import boot
+from components.tencentcloud.head import HEAD_INSTANCE_TYPE, Head, HeadArgs, secret_name
 from components.tencentcloud.addressing import turbo_cidr
 from components.tencentcloud.backup import Backup, BackupArgs
 from components.tencentcloud.budget import Budget, BudgetArgs
@@ -67,19 +71,41 @@ class ClusterComponent(pulumi.ComponentResource):
             subnet_cidr=network.subnet_cidr, tags=tags, nodes=spec.nodes, data_disk_gb=spec.storage.data_disk_gb,
             turbo=TurboArgs(storage_type=tencent_turbo_type(lustre.throughput_per_tib),
                             capacity_gib=lustre.capacity_gib, cidr=lustre_cidr) if lustre else None,
-            checkpoint_bucket=spec.storage.checkpoint_bucket), opts=child)
+            checkpoint_bucket=spec.storage.checkpoint_bucket,
+            head_data_gb=HEAD_DATA_GB if spec.scheduler == "slurm" else 0), opts=child)
 
         install_driver = spec.image_id is None
-        image_id = spec.image_id or tencentcloud.images.get_instance_output(
-            image_types=["PUBLIC_IMAGE"], os_name=PUBLIC_IMAGE_OS, instance_type=shape.type,
-            opts=pulumi.InvokeOutputOptions(parent=self)).images.apply(lambda found: first_image(found, shape.type))
-        # One document per node: each names its own data disk by id. Only rendering happens in apply().
+
+        def image(instance_type: str) -> pulumi.Input[str]:
+            return spec.image_id or tencentcloud.images.get_instance_output(
+                image_types=["PUBLIC_IMAGE"], os_name=PUBLIC_IMAGE_OS, instance_type=instance_type,
+                opts=pulumi.InvokeOutputOptions(parent=self)).images.apply(
+                    lambda found: first_image(found, instance_type))
+
+        image_id = image(shape.type)
+        head = slurm = None
+        if spec.scheduler == "slurm":
+            slurm = network.subnet_cidr.apply(lambda cidr: from_spec(cluster, head_address(cidr), secret_name(name)))
+            head = Head(f"{name}-head", HeadArgs(
+                cluster_name=name, region=cluster.region, zone=spec.zone, vpc_id=network.vpc_id,
+                subnet_id=network.subnet_id, security_group_id=network.security_group_id,
+                image_id=image(HEAD_INSTANCE_TYPE), tags=tags, slurm=slurm, data_disk_id=storage.head_disk_id,
+                lustre_source=storage.mount_target, critical=spec.criticality == "critical"), opts=child)
+
+        # One document per node: each names its own data disk by id (and, with Slurm, its node index).
+        # Only rendering happens in apply().
+        def node_user_data(i: int, lustre_source, disk_id, slurm_input) -> str:
+            node_boot = boot.boot_config(shape=shape, scratch=spec.storage.scratch, lustre_source=lustre_source,
+                                         install_driver=install_driver, data_disk_id=disk_id)
+            if slurm_input is not None:
+                node_boot = with_slurm(node_boot, node_boot_parts(slurm_input, i))
+            return boot.user_data(node_boot, f"{name}-node-{i}")
+
         user_data = []
         for i in range(spec.nodes):
             disk = storage.data_disk_ids[i] if i < len(storage.data_disk_ids) else None
-            user_data.append(pulumi.Output.all(storage.mount_target, disk).apply(lambda v: boot.user_data(
-                shape=shape, scratch=spec.storage.scratch, lustre_source=v[0], install_driver=install_driver,
-                data_disk_id=v[1])))
+            user_data.append(pulumi.Output.all(storage.mount_target, disk, slurm).apply(
+                lambda v, i=i: node_user_data(i, *v)))
 
         compute = Compute(f"{name}-compute", ComputeArgs(
             cluster_name=name, zone=spec.zone, instance_type=shape.type, nodes=spec.nodes, purchase=spec.purchase,
@@ -88,11 +114,14 @@ class ClusterComponent(pulumi.ComponentResource):
             family=shape.family,
             critical=spec.criticality == "critical", spot_max_price=spot_max_price(shape.price_hourly),
             scratch_disk_gb=SCRATCH_DISK_GB if spec.storage.scratch == "disk" else 0,
-            data_disk_ids=storage.data_disk_ids, capacity=spec.capacity), opts=child)
+            data_disk_ids=storage.data_disk_ids, capacity=spec.capacity,
+            cam_role_name=head.node_role_name if head else None, after=[head.instance] if head else ()),
+            opts=child)
 
         Backup(f"{name}-backup", BackupArgs(
             cluster_name=name, every_hours=spec.snapshots.every_hours, retain_days=spec.snapshots.retain,
-            data_disk_ids=storage.data_disk_ids, file_system_id=storage.file_system_id), opts=child)
+            data_disk_ids=storage.data_disk_ids, file_system_id=storage.file_system_id,
+            head_disk_id=storage.head_disk_id), opts=child)
 
         budget = Budget(f"{name}-budget", BudgetArgs(
             cluster_name=name, monthly_limit=spec.budget.monthly_limit,
@@ -102,9 +131,11 @@ class ClusterComponent(pulumi.ComponentResource):
         Monitoring(f"{name}-monitoring", MonitoringArgs(
             cluster_name=name, node_ids=compute.node_ids, notice_id=budget.notice_id, tags=tags), opts=child)
 
+        # The windows start and stop the head node with the GPU nodes; idle stop only ever stops GPU nodes.
+        every_node = compute.node_ids + ([head.instance_id] if head else [])
         if spec.schedule is not None or spec.idle_stop is not None:
             CostControls(f"{name}-cost-controls", CostControlArgs(
-                cluster_name=name, region=cluster.region, node_ids=compute.node_ids, gpu_node_ids=compute.node_ids,
+                cluster_name=name, region=cluster.region, node_ids=every_node, gpu_node_ids=compute.node_ids,
                 tags=tags, schedule=spec.schedule, idle_stop=spec.idle_stop), opts=child)
 
         self.exports = {
@@ -119,4 +150,17 @@ class ClusterComponent(pulumi.ComponentResource):
                 "no public IPs: run commands with TAT (tat.Command + tat.Invoker) or log in from the CVM "
                 "console (OrcaTerm) on ", compute.node_ids[0], f" in {cluster.region}"),
         }
+        if head is not None:
+            # TAT runs a shell command as root on an instance, the command base64-encoded (TAT API RunCommand:
+            # Content, InstanceIds; tencentcloud.com/document/api/1147/46686).
+            self.exports.update({
+                "head_node_id": head.instance_id,
+                "head_address": head.private_ip,
+                "munge_secret": head.secret_name,
+                "connect_head": pulumi.Output.concat(
+                    "no public IP: log in from the CVM console (OrcaTerm) on ", head.instance_id,
+                    f", or run a command there with TAT: tccli tat RunCommand --region {cluster.region} "
+                    f"--InstanceIds '[\"", head.instance_id, "\"]' --Content \"$(printf %s '<command>' | base64)\""),
+                "submit_job": slurm.apply(submit_command),
+            })
         self.register_outputs(self.exports)

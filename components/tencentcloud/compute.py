@@ -38,7 +38,11 @@ LOCAL_SYSTEM_DISK = "LOCAL_BASIC"
 (resource_tc_instance_test.go, TestAccTencentCloudInstanceResourceHPC) creates one with LOCAL_BASIC."""
 
 
-def system_disk_type(instance_types: list, instance_type: str, zone: str, hpc: bool) -> str:
+NOT_SOLD_REMEDY = "choose another zone or instance_type (gpu-cluster catalog --cloud tencentcloud lists where each is sold)"
+
+
+def system_disk_type(instance_types: list, instance_type: str, zone: str, hpc: bool,
+                     remedy: str = NOT_SOLD_REMEDY) -> str:
     """The system disk type to ask for, from what the cloud says the shape takes in the zone.
 
     `instance_types` is the answer of `tencentcloud.instance.get_types` with a SYSTEM_DISK `cbs_filter`
@@ -47,8 +51,7 @@ def system_disk_type(instance_types: list, instance_type: str, zone: str, hpc: b
     rather than a failed RunInstances later."""
     offer = next((t for t in instance_types or [] if t.instance_type == instance_type), None)
     if offer is None:
-        raise pulumi.RunError(f"{instance_type} is not sold in {zone} (instance types lookup); choose another zone "
-                              f"or instance_type (gpu-cluster catalog --cloud tencentcloud lists where each is sold)")
+        raise pulumi.RunError(f"{instance_type} is not sold in {zone} (instance types lookup); {remedy}")
     available = {c.disk_type for c in offer.cbs_configs or [] if c.available and c.disk_usage == "SYSTEM_DISK"}
     for kind in SYSTEM_DISK_PREFERENCE:
         if kind in available:
@@ -78,7 +81,7 @@ class ComputeArgs:
     security_group_id: pulumi.Input[str]
     image_id: pulumi.Input[str]
     user_data: Sequence[pulumi.Input[str]]
-    """Plain-text #cloud-config per node (sent as user_data_raw; the provider base64-encodes it)."""
+    """Per node: base64 of the gzipped #cloud-config (components/tencentcloud/boot.py user_data)."""
     root_gb: int
     tags: Mapping[str, str]
     family: str = ""
@@ -94,6 +97,10 @@ class ComputeArgs:
     """Persistent CBS disks (Storage), attached to the node of the same index."""
     capacity: Optional[Capacity] = None
     """capacity.type prepaid: monthly prepaid nodes (PREPAID, the term and its renewal)."""
+    cam_role_name: Optional[pulumi.Input[str]] = None
+    """The nodes' instance role (scheduler slurm: read the munge key, publish the health metric); None: none."""
+    after: Sequence[pulumi.Resource] = ()
+    """Created before the nodes (the Slurm head node: its fixed address must be taken first)."""
 
 
 RENEW_FLAGS = {True: "NOTIFY_AND_AUTO_RENEW", False: "NOTIFY_AND_MANUAL_RENEW"}
@@ -165,14 +172,17 @@ class Compute(pulumi.ComponentResource):
                 # Termination protection on the on-demand nodes of a critical cluster: a spot node is
                 # reclaimed by the cloud whatever the flag says, and protecting it only blocks cleanup.
                 disable_api_termination=args.critical and not spot,
-                user_data_raw=args.user_data[i],
+                cam_role_name=args.cam_role_name,
+                user_data=args.user_data[i],
                 tags=tags,
                 # A node keeps the image and boot config it was created with: a newer public image (the
                 # default is looked up at every run) would reinstall a running GPU node in place, and
                 # cloud-init reads user data only at first boot anyway (resource_tc_instance.go Update:
-                # image_id → reinstall, user_data_raw → ModifyUserData). New and replaced nodes get the
-                # current ones; roll a node on purpose with `pulumi up --replace`.
-                opts=pulumi.ResourceOptions(parent=self, ignore_changes=["imageId", "userDataRaw"]),
+                # image_id → reinstall, user_data/user_data_raw → ModifyUserData). New and replaced nodes get
+                # the current ones; roll a node on purpose with `pulumi up --replace`. userDataRaw stays
+                # ignored for nodes created before user data was compressed (they hold it there).
+                opts=pulumi.ResourceOptions(parent=self, ignore_changes=["imageId", "userDataRaw", "userData"],
+                                            depends_on=list(args.after)),
             )
             self.node_ids.append(node.id)
             self.private_ips.append(node.private_ip)

@@ -35,6 +35,7 @@ import tencentcloud_iac_pulumi as tencentcloud
 from components import windows as run_windows
 from components.spec import IdleStop, Schedule
 from components.tencentcloud import scf_cost_controls as handler
+from components.tencentcloud.cam import service_role_document
 
 RUNTIME = "Python3.9"
 """Set explicitly: the provider's default is Python2.7 and it sends any string (resource_tc_scf_function.go
@@ -107,9 +108,8 @@ def handler_config(region: str, node_ids: list, gpu_node_ids: list, schedule: Op
 
 
 def role_document() -> str:
-    """Trust: SCF assumes the role (provider doc cam_role v1.82.42, "Or use service" example)."""
-    return json.dumps({"version": "2.0", "statement": [{
-        "action": "name/sts:AssumeRole", "effect": "allow", "principal": {"service": ["scf.qcloud.com"]}}]})
+    """Trust: SCF assumes the role."""
+    return service_role_document("scf.qcloud.com")
 
 
 def policy_document(region: str, owner_uin: str, node_ids: list) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from components.headnode import FIRST_JOB, HEAD_DATA_GB, HEAD_HOST_OFFSET, HEAD_INSTANCE_TYPES
 from components.tiers import H100_COMPUTE
 
 if TYPE_CHECKING:
@@ -41,7 +42,37 @@ def notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
         out.append(f"storage.lustre.capacity_gib={spec.storage.lustre.capacity_gib} sets the CFS Turbo size at creation "
                    f"only: the provider (v1.82.42) cannot change it. To grow the file system, scale it up in the CFS "
                    f"console or with the ScaleUpFileSystem API (up only), then set capacity_gib to the new size")
-    return out + cost_control_notes(spec, shape)
+    return out + slurm_notes(spec) + cost_control_notes(spec, shape)
+
+
+def slurm_notes(spec: "ClusterSpec") -> list[str]:
+    """What scheduler: slurm adds on Tencent Cloud (components/tencentcloud/head.py), and what it cannot do."""
+    if spec.scheduler != "slurm":
+        return []
+    out = [
+        f"scheduler: slurm — a head node ({HEAD_INSTANCE_TYPES['tencentcloud']}, pay-as-you-go, the GPU nodes' image) "
+        f"runs slurmctld at the cluster subnet's host {HEAD_HOST_OFFSET} (stack output head_address), its state on its "
+        f"own {HEAD_DATA_GB} GB CBS disk in the snapshot policy. The munge key is made by the head node at its first "
+        f"boot and kept in the SSM secret {spec.name}-munge-key (no plan, state or user data holds it); the head node "
+        f"and the GPU nodes reach it through their CAM instance roles. A change of the Slurm configuration replaces "
+        f"the head node (same address, same state disk). First job: run `sudo sbatch "
+        f"/opt/gpu-cluster/jobs/{FIRST_JOB}` on the head node through TAT or the console (stack outputs connect_head, "
+        f"submit_job)",
+        "scheduler: slurm — no alarm watches the Slurm health check on Tencent Cloud: the check publishes NodeHealthy "
+        "with Cloud Monitor's PutMonitorData (\"will be disused soon\": tencentcloud.com/document/api/248/35974), and "
+        "alarm policies take only cloud-product metrics (CreateAlarmPolicy MonitorType: \"Valid values: MT_QCE\": "
+        "tencentcloud.com/document/api/248/39326; provider doc monitor_alarm_policy v1.82.42 has no other). A failing "
+        "node is still drained in Slurm: `sinfo -R` on the head node names the reason",
+    ]
+    if spec.image_id is None:
+        out.append(
+            "scheduler: slurm on the default image — the Slurm boot (components/slurm) installs the Debian/Ubuntu "
+            "packages slurmctld, slurmd, slurm-client, munge and python3-venv with cloud-init — Debian/Ubuntu names. "
+            "TencentOS Server 3.1 is RHEL 8-compatible (dnf: components/tencentcloud/boot.py) and no source we could "
+            "read lists these packages in its repositories, so on it the head node and the GPU nodes are expected to "
+            "come up without Slurm (unconfirmed: not tried on a live cluster). Set cluster.image_id "
+            "to an Ubuntu 22.04 image with the NVIDIA driver (the head node uses it too), or scheduler: none")
+    return out
 
 
 def cost_control_notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
@@ -49,7 +80,8 @@ def cost_control_notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
     out = []
     function = f"the SCF function {spec.name}-cost-controls"
     if spec.schedule is not None:
-        out.append(f"schedule: {function} starts the nodes when a window opens and stops them with STOP_CHARGING when "
+        nodes = "the nodes and the Slurm head node" if spec.scheduler == "slurm" else "the nodes"
+        out.append(f"schedule: {function} starts {nodes} when a window opens and stops them with STOP_CHARGING when "
                    f"it closes ({'; '.join(spec.schedule.windows)}, {spec.schedule.timezone}); Tencent Cloud has no "
                    f"instance scheduler (cvm.ActionTimer only terminates), so a timer trigger runs it at each minute "
                    f"an edge can fall on")

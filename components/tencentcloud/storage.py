@@ -54,6 +54,8 @@ class StorageArgs:
     """The parallel file system. None: none."""
     checkpoint_bucket: bool = True
     """Create the private, versioned, encrypted COS checkpoint bucket."""
+    head_data_gb: int = 0
+    """The Slurm head node's persistent state disk, GB (components/headnode.py HEAD_DATA_GB). 0: no head node."""
 
 
 class Storage(pulumi.ComponentResource):
@@ -63,6 +65,8 @@ class Storage(pulumi.ComponentResource):
     bucket: Optional[pulumi.Output[str]]
     data_disk_ids: list[pulumi.Output[str]]
     """Per node index; empty when data_disk_gb is 0."""
+    head_disk_id: Optional[pulumi.Output[str]]
+    """The head node's state disk; None without a head node."""
 
     def __init__(self, name: str, args: StorageArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("gpu-cluster:tencentcloud:Storage", name, None, opts)
@@ -103,9 +107,17 @@ class Storage(pulumi.ComponentResource):
                     storage_size=args.data_disk_gb, availability_zone=args.zone, charge_type="POSTPAID_BY_HOUR",
                     encrypt=True, tags=tags, opts=keep)
                 self.data_disk_ids.append(disk.id)
+        self.head_disk_id = None
+        if args.head_data_gb > 0:
+            # slurmctld's state on the head node: kept, encrypted and snapshotted like the nodes' disks.
+            self.head_disk_id = tencentcloud.cbs.Storage(
+                f"{prefix}-head-data", storage_name=f"{prefix}-head-data", storage_type=DATA_DISK_TYPE,
+                storage_size=args.head_data_gb, availability_zone=args.zone, charge_type="POSTPAID_BY_HOUR",
+                encrypt=True, tags=tags, opts=keep).id
 
         self.register_outputs({"file_system_id": self.file_system_id, "mount_target": self.mount_target,
-                               "bucket": self.bucket, "data_disk_ids": self.data_disk_ids})
+                               "bucket": self.bucket, "data_disk_ids": self.data_disk_ids,
+                               "head_disk_id": self.head_disk_id})
 
     def _turbo(self, prefix: str, args: StorageArgs, turbo: TurboArgs, tags: dict,
                child: pulumi.ResourceOptions, keep: pulumi.ResourceOptions) -> None:

@@ -59,7 +59,9 @@ def fetch(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else DEFAULT_CACHE
     cache = PriceCache.load(out) if out.is_file() else PriceCache.empty(out)
     now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
-    types = list(catalog.shapes(args.cloud))
+    from components.headnode import HEAD_INSTANCE_TYPES
+
+    types = list(catalog.shapes(args.cloud)) + [HEAD_INSTANCE_TYPES[args.cloud]]  # the GPU shapes, the Slurm head's
     if args.cloud == "aws":
         from gpu_cluster.prices import fetch_aws
 

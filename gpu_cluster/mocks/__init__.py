@@ -91,6 +91,7 @@ class Registration:
     id: str = ""
     ignore_changes: list[str] = field(default_factory=list)
     property_dependencies: dict[str, list[str]] = field(default_factory=dict)
+    delete_before_replace: bool = False
 
 
 class RecordingMonitor(MockMonitor):
@@ -133,6 +134,7 @@ class RecordingMonitor(MockMonitor):
             id=reg.id or "",
             ignore_changes=list(request.ignoreChanges),
             property_dependencies={k: list(v.urns) for k, v in request.propertyDependencies.items()},
+            delete_before_replace=bool(request.deleteBeforeReplace),
         ))
         return response
 

@@ -56,7 +56,8 @@ def _launch_template(name: str, inputs: dict, rid: str) -> dict:
 def _instance(name: str, inputs: dict, rid: str) -> dict:
     template = _TEMPLATES.get((inputs.get("launchTemplate") or {}).get("id"), {})
     h = int(_hex(name), 16)
-    ip = f"10.{h % 200 + 20}.{(h >> 8) % 128}.{(h >> 16) % 250 + 4}"
+    # A given private_ip is the instance's address (EC2 RunInstances PrivateIpAddress); otherwise one is picked.
+    ip = inputs.get("privateIp") or f"10.{h % 200 + 20}.{(h >> 8) % 128}.{(h >> 16) % 250 + 4}"
     out = {
         "arn": _arn("ec2", f"instance/{rid}"),
         "availabilityZone": inputs.get("availabilityZone") or template.get("zone"),
@@ -166,6 +167,11 @@ COMPUTED: dict = {
         "name": _autoname(name, inputs), "arn": _arn("budgets", f"budget/{_autoname(name, inputs)}", region=False),
         "accountId": ACCOUNT},
     "aws:cloudwatch/metricAlarm:MetricAlarm": _named_arn("cloudwatch", "alarm:{name}"),
+    # Secrets Manager appends six random characters to a secret's name in its ARN (Secrets Manager user
+    # guide, "Secret ARN": arn:aws:secretsmanager:<region>:<account>:secret:<name>-<6 characters>).
+    "aws:secretsmanager/secret:Secret": lambda name, inputs, rid: {
+        "name": _autoname(name, inputs),
+        "arn": _arn("secretsmanager", f"secret:{_autoname(name, inputs)}-{_hex(name, 'secret', n=6)}")},
     "aws:costexplorer/costAllocationTag:CostAllocationTag": lambda name, inputs, rid: {"type": "UserDefined"},
 }
 

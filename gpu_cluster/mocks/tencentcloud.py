@@ -48,7 +48,8 @@ ID_PREFIXES: dict[str, str] = {
 
 
 def _instance(name: str, inputs: dict, rid: str) -> dict:
-    return {"privateIp": f"10.0.{int(_digits(name, 3)) % 250}.{int(_digits(rid, 3)) % 250 + 2}",
+    # A given private_ip is the instance's address (RunInstances VirtualPrivateCloud.PrivateIpAddresses).
+    return {"privateIp": inputs.get("privateIp") or f"10.0.{int(_digits(name, 3)) % 250}.{int(_digits(rid, 3)) % 250 + 2}",
             "instanceStatus": "RUNNING", "cpu": 0, "memory": 0, "createTime": "2026-11-30T00:00:00Z"}
 
 
@@ -114,21 +115,25 @@ def _cbs_config(zone: str, family: str, disk_type: str) -> dict:
 
 
 def _instance_types(args: dict) -> dict:
-    """The catalogued shapes of the family as sold in the zone, each offering Enhanced SSD system disks."""
+    """The catalogued shapes of the family as sold in the zone (and the Slurm head node's CPU shape), each
+    offering Enhanced SSD system disks."""
     from components import catalog
+    from components.tencentcloud import head
 
     filters = {f.get("name"): f.get("values") or [] for f in args.get("filters") or []}
     zone = (filters.get("zone") or [args.get("availabilityZone") or "ap-guangzhou-3"])[0]
     families = filters.get("instance-family") or []
     cbs = bool(args.get("cbsFilter"))
+    rows = [(s.type, s.family, s.vcpu, s.mem_gib, s.gpu_count) for s in catalog.shapes("tencentcloud").values()]
+    rows.append((head.HEAD_INSTANCE_TYPE, head.HEAD_FAMILY, head.HEAD_VCPU, head.HEAD_MEM_GIB, 0))
     out = []
-    for shape in catalog.shapes("tencentcloud").values():
-        if families and shape.family not in families:
+    for instance_type, family, vcpu, mem_gib, gpus in rows:
+        if families and family not in families:
             continue
-        out.append({"availabilityZone": zone, "instanceType": shape.type, "family": shape.family,
-                    "cpuCoreCount": shape.vcpu, "memorySize": shape.mem_gib, "gpuCoreCount": shape.gpu_count,
+        out.append({"availabilityZone": zone, "instanceType": instance_type, "family": family,
+                    "cpuCoreCount": vcpu, "memorySize": mem_gib, "gpuCoreCount": gpus,
                     "instanceChargeType": "POSTPAID_BY_HOUR", "status": "SELL",
-                    "cbsConfigs": [_cbs_config(zone, shape.family, "CLOUD_HSSD")] if cbs else []})
+                    "cbsConfigs": [_cbs_config(zone, family, "CLOUD_HSSD")] if cbs else []})
     return {"id": f"types-{_digits(zone + ','.join(families), 8)}", "instanceTypes": out}
 
 

@@ -1,0 +1,167 @@
+"""The Slurm head node on Tencent Cloud (scheduler: slurm): the munge-key secret, the CAM roles of the
+head node and the GPU nodes, and the CVM instance that runs slurmctld (components/slurm head_boot_config).
+
+- The munge key is made by the head node at its first boot and kept in an SSM secret created here
+  *without a version* (no ssm.SecretVersion: the key is in no plan, state or user data; the provider's
+  Create leaves a secret of type 0 with no version: provider contract tencentcloud:Ssm/secret:Secret).
+  The boot scripts name the secret and the version id they read and write (components/slurm/clouds.py).
+- The nodes reach the secret and Cloud Monitor with the temporary keys of their instance role
+  (`tccli --use-cvm-role`): one CAM role for the head node (read and write the secret), one for the GPU
+  nodes (read it), both trusting cvm.qcloud.com and attached with the instance's `cam_role_name`, which
+  the provider changes in place (ModifyCamRoleName: provider contract tencentcloud:Instance/instance:Instance).
+- The head node is a small pay-as-you-go CPU instance in the cluster subnet and zone, no public IP, the
+  cluster's security group, a fixed private address (components/headnode.py), its own protected,
+  snapshotted CBS state disk (components/tencentcloud/storage.py head_disk_id), and the GPU nodes' image
+  family. A change of its boot config replaces it, as on AWS (components/aws/head.py).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+import pulumi
+import tencentcloud_iac_pulumi as tencentcloud
+
+from components.headnode import HEAD_INSTANCE_TYPES, HEAD_ROLE, ROLE_TAG
+from components.slurm import SlurmCluster, head_boot_config
+from components.tencentcloud import boot
+from components.tencentcloud.cam import service_role_document
+from components.tencentcloud.compute import SYSTEM_DISK_PREFERENCE, system_disk_type
+
+HEAD_INSTANCE_TYPE = HEAD_INSTANCE_TYPES["tencentcloud"]
+HEAD_FAMILY, HEAD_VCPU, HEAD_MEM_GIB = "S5", 4, 8
+"""Standard S5 (components/headnode.py HEAD_INSTANCE_TYPES). Whether the cluster's zone sells it is asked
+at deploy time, with the system disk types (instance.get_types), and a zone that does not stops `pulumi up`
+with a sentence (components/tencentcloud/compute.py system_disk_type)."""
+
+HEAD_SYSTEM_DISK_GB = 50
+"""The head node's cloud system disk: the provider's default size (provider doc instance v1.82.42,
+system_disk_size: "Default is 50 GB")."""
+
+SECRET_RECOVERY_DAYS = 7
+"""A deleted munge-key secret is kept 7 days before it is gone (ssm_secret recovery_window_in_days:
+0 = at once, 1-30 = days kept; provider contract tencentcloud:Ssm/secret:Secret)."""
+
+
+@dataclass(frozen=True)
+class HeadArgs:
+    cluster_name: str
+    region: str
+    zone: str
+    vpc_id: pulumi.Input[str]
+    subnet_id: pulumi.Input[str]
+    security_group_id: pulumi.Input[str]
+    image_id: pulumi.Input[str]
+    """The GPU nodes' image family (same OS, so the same Slurm packages)."""
+    tags: Mapping[str, str]
+    slurm: pulumi.Output[SlurmCluster]
+    data_disk_id: pulumi.Input[str]
+    """The head node's persistent state disk (Storage.head_disk_id)."""
+    lustre_source: Optional[pulumi.Input[str]] = None
+    critical: bool = False
+
+
+def secret_name(cluster_name: str) -> str:
+    return f"{cluster_name}-munge-key"
+
+
+def secret_resource(region: str, owner_uin: str, creator_uin: str, name: str) -> str:
+    """CAM resource of one SSM secret: qcs::ssm:$region:uin/$uin:secret/creatorUin/$creatorUin/$secretName
+    (Secrets Manager documentation, "Creating an Access Control Policy": tencentcloud.com/document/product/1078/38612)."""
+    return f"qcs::ssm:{region}:uin/{owner_uin}:secret/creatorUin/{creator_uin}/{name}"
+
+
+def policy_document(region: str, owner_uin: str, creator_uin: str, name: str, write: bool) -> str:
+    """The munge-key secret (read; the head node also puts its first value) and Cloud Monitor's
+    PutMonitorData for the health metric (operation level: the action takes no resource)."""
+    actions = ["name/ssm:GetSecretValue"] + (["name/ssm:PutSecretValue"] if write else [])
+    return json.dumps({"version": "2.0", "statement": [
+        {"effect": "allow", "action": actions, "resource": [secret_resource(region, owner_uin, creator_uin, name)]},
+        {"effect": "allow", "action": ["name/monitor:PutMonitorData"], "resource": ["*"]},
+    ]}, sort_keys=True)
+
+
+class Head(pulumi.ComponentResource):
+    """The munge-key secret, the two instance roles and the head node."""
+
+    instance_id: pulumi.Output[str]
+    private_ip: pulumi.Output[str]
+    node_role_name: pulumi.Output[str]
+    secret_name: str
+
+    def __init__(self, name: str, args: HeadArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("gpu-cluster:tencentcloud:Head", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        prefix, tags = args.cluster_name, dict(args.tags)
+        self.secret_name = secret_name(prefix)
+        # No kms_key_id: SSM encrypts with a key it creates (provider contract tencentcloud:Ssm/secret:Secret).
+        # Whether reading it through an instance role also needs a KMS permission is unconfirmed: the SSM
+        # access-control page names none.
+        tencentcloud.ssm.Secret(
+            f"{prefix}-munge-key", secret_name=self.secret_name, recovery_window_in_days=SECRET_RECOVERY_DAYS,
+            description=f"Munge key of the Slurm cluster {prefix}: made and stored by its head node at first "
+                        f"boot, read by the GPU nodes (never set by the stack)",
+            tags=tags, opts=child)
+
+        user = tencentcloud.user.get_info_output(opts=pulumi.InvokeOutputOptions(parent=self))
+        head_role = self._role(prefix, "head", "the Slurm head node", args, user, write=True, child=child)
+        node_role = self._role(prefix, "node", "the GPU nodes", args, user, write=False, child=child)
+        self.node_role_name = node_role.name
+
+        offers = tencentcloud.instance.get_types_output(
+            filters=[{"name": "zone", "values": [args.zone]}, {"name": "instance-family", "values": [HEAD_FAMILY]}],
+            cbs_filter={"disk_charge_type": "POSTPAID_BY_HOUR", "disk_usage": "SYSTEM_DISK",
+                        "disk_types": list(SYSTEM_DISK_PREFERENCE)},
+            opts=pulumi.InvokeOutputOptions(parent=self))
+        user_data = pulumi.Output.all(args.slurm, args.lustre_source, args.data_disk_id).apply(
+            lambda v: boot.user_data(head_boot_config(v[0], lustre=boot.lustre_mount(v[1]),
+                                                      data_disk=boot.data_disk(v[2])), f"head node {prefix}-head"))
+        instance = tencentcloud.instance.Instance(
+            f"{prefix}-head",
+            instance_name=f"{prefix}-head",
+            hostname=f"{prefix}-head",
+            availability_zone=args.zone,
+            instance_type=HEAD_INSTANCE_TYPE,
+            image_id=args.image_id,
+            vpc_id=args.vpc_id,
+            subnet_id=args.subnet_id,
+            private_ip=args.slurm.apply(lambda c: c.head_address),
+            orderly_security_groups=[args.security_group_id],
+            allocate_public_ip=False,
+            system_disk_type=offers.instance_types.apply(
+                lambda found: system_disk_type(found, HEAD_INSTANCE_TYPE, args.zone, hpc=False, remedy=(
+                    "it is the Slurm head node's shape: choose another cluster.zone, or scheduler: none"))),
+            system_disk_size=HEAD_SYSTEM_DISK_GB,
+            instance_charge_type="POSTPAID_BY_HOUR",
+            cam_role_name=head_role.name,
+            disable_api_termination=args.critical,
+            user_data=user_data,
+            user_data_replace_on_change=True,
+            tags={**tags, ROLE_TAG: HEAD_ROLE},
+            # A newer public image would reinstall the head node in place (resource_tc_instance.go Update:
+            # image_id → ResetInstance): it keeps its image until it is replaced. The fixed address is free
+            # only once the old head node is gone.
+            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True, ignore_changes=["imageId"]))
+        tencentcloud.cbs.StorageAttachment(f"{prefix}-head-data-attach", storage_id=args.data_disk_id,
+                                           instance_id=instance.id, opts=child)
+        self.instance = instance
+        self.instance_id, self.private_ip = instance.id, instance.private_ip
+        self.register_outputs({"instance_id": self.instance_id, "private_ip": self.private_ip,
+                               "node_role_name": self.node_role_name})
+
+    def _role(self, prefix: str, who: str, what: str, args: HeadArgs, user, write: bool,
+              child: pulumi.ResourceOptions) -> tencentcloud.cam.Role:
+        role = tencentcloud.cam.Role(f"{prefix}-{who}-role", name=f"{prefix}-{who}",
+                                     document=service_role_document("cvm.qcloud.com"),
+                                     description=f"Instance role of {what} of {prefix} (gpu-cluster)",
+                                     tags=dict(args.tags), opts=child)
+        policy = tencentcloud.cam.Policy(
+            f"{prefix}-{who}-policy", name=f"{prefix}-{who}",
+            document=pulumi.Output.all(user.owner_uin, user.uin).apply(
+                lambda v: policy_document(args.region, v[0], v[1], self.secret_name, write)),
+            description=f"The munge-key secret and the health metric, for {what} of {prefix}", opts=child)
+        tencentcloud.cam.RolePolicyAttachment(f"{prefix}-{who}-attach", role_id=role.id, policy_id=policy.id,
+                                              opts=child)
+        return role

@@ -1,0 +1,405 @@
+"""Slurm wired into both clouds (scheduler: slurm, the default): the head node, the munge-key secret that
+no plan holds a value of, the GPU nodes' Slurm boot, the roles, the security group, the alarms and
+scheduler: none taking it all away. Every plan is the real program rendered under the mocks."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from typing import Any, Iterator
+
+import pytest
+import yaml
+
+from components.cloudinit import USER_DATA_LIMIT, decode, encode, size_problem
+from components.headnode import HEAD_INSTANCE_TYPES, HEAD_HOST_OFFSET, head_address
+from components.slurm.conf import SLURMCTLD_PORT
+from conftest import gpu_nodes, head_node, render_plan, stack_with
+from gpu_cluster.plan import Plan
+from gpu_cluster.policyrun import run_policies
+from gpu_cluster.render import SAMPLE_STACKS, render
+
+AWS_INSTANCE = "aws:ec2/instance:Instance"
+TC_INSTANCE = "tencentcloud:Instance/instance:Instance"
+AWS_SECRET = "aws:secretsmanager/secret:Secret"
+TC_SECRET = "tencentcloud:Ssm/secret:Secret"
+SECRET_VALUES = ("aws:secretsmanager/secretVersion:SecretVersion", "tencentcloud:Ssm/secretVersion:SecretVersion")
+LT = "aws:ec2/launchTemplate:LaunchTemplate"
+ALARM = "aws:cloudwatch/metricAlarm:MetricAlarm"
+
+
+def instance_type(stack: str) -> str:
+    return AWS_INSTANCE if stack.startswith("aws") else TC_INSTANCE
+
+
+def cloud(stack: str) -> str:
+    return "aws" if stack.startswith("aws") else "tencentcloud"
+
+
+def user_data(r) -> str:
+    """The #cloud-config a machine boots with, as cloud-init reads it."""
+    key = {"aws:ec2/launchTemplate:LaunchTemplate": "userData", AWS_INSTANCE: "userDataBase64",
+           TC_INSTANCE: "userData"}[r.type]
+    return decode(r.inputs[key])
+
+
+def files(document: str) -> dict[str, str]:
+    return {f["path"]: f["content"] for f in yaml.safe_load(document).get("write_files", [])}
+
+
+def node_documents(plan: Plan, stack: str) -> list[str]:
+    """The GPU nodes' boot documents: the one launch template (AWS) or each node's own (Tencent)."""
+    if cloud(stack) == "aws":
+        return [user_data(plan.one(LT))]
+    return [user_data(n) for n in sorted(gpu_nodes(plan, TC_INSTANCE), key=lambda r: r.name)]
+
+
+# ---- the munge key is in no plan ----------------------------------------------------------------------
+
+KEYLIKE = re.compile(r"[A-Za-z0-9+/]{44,}={0,2}")
+"""A munge key is 32-1024 random bytes (components/slurm/scripts.py), so any copy of one in base64 is a
+run of at least 44 base64 characters."""
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield k
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+    elif isinstance(value, str):
+        yield value
+
+
+def keylike(doc: dict) -> set[str]:
+    """Every key-like run in a plan document, user data searched decompressed (the compressed text itself
+    is base64 and says nothing)."""
+    found = set()
+    for text in _strings(doc):
+        try:
+            decoded = decode(text)
+        except Exception:  # noqa: BLE001 - not base64 user data: search it as it is
+            decoded = None
+        if decoded is not None and decoded.startswith("#cloud-config"):
+            text = decoded
+        found |= set(KEYLIKE.findall(text))
+    return found
+
+
+@pytest.mark.parametrize("stack", SAMPLE_STACKS)
+def test_every_sample_stack_has_one_head_node_and_a_munge_secret_with_no_value(stack):
+    rendered = render(stack_with(stack))
+    doc = rendered.plan()
+    plan = Plan.from_doc(doc)
+    head = head_node(plan, instance_type(stack))
+    assert head.inputs["instanceType"] == HEAD_INSTANCE_TYPES[cloud(stack)]
+    (secret,) = plan.of_type(AWS_SECRET if cloud(stack) == "aws" else TC_SECRET)
+    name = rendered.cluster.name
+    assert (secret.inputs.get("name") or secret.inputs.get("secretName")) == f"{name}-munge-key"
+    assert not plan.of_type(*SECRET_VALUES), "the key is made on the head node, never by the stack"
+    assert keylike(doc) == set()
+    # Every boot script names the secret and reads it at boot; none carries a value.
+    scripts = [files(d)[p] for d in [user_data(head), *node_documents(plan, stack)] for p in files(d)
+               if p.endswith("/munge-key")]
+    assert len(scripts) == 1 + len(node_documents(plan, stack))
+    assert all(f"SECRET_ID='{name}-munge-key'\n" in s for s in scripts)
+
+
+def test_the_key_search_finds_a_key_where_there_is_one():
+    """The search above is not vacuous: a munge key in a resource, or inside a node's user data, is found."""
+    doc = render(stack_with("aws-entry")).plan()
+    key = "q3Zr0Xy+4kV9mPbT2wLc8NfHs1JdGe7uYaQ5tRoIzWx6vBnMlKjCiEhUgSpOy0A="  # 46 base64 characters
+    secret = next(r for r in doc["deployment"]["resources"] if r["type"] == AWS_SECRET)
+    secret["inputs"]["description"] = key
+    assert keylike(doc) == {key}
+    doc = render(stack_with("tencent-entry")).plan()
+    node = next(r for r in doc["deployment"]["resources"] if r["type"] == TC_INSTANCE)
+    node["inputs"]["userData"] = encode(decode(node["inputs"]["userData"]) + f"# {key}\n")
+    assert keylike(doc) == {key}
+
+
+# ---- Slurm configuration, as the head node boots with it --------------------------------------------
+
+@pytest.mark.parametrize("stack", ["aws-large", "tencent-large"])
+def test_a_two_node_large_plan_declares_16_gpus_as_gres(stack, sample_plan):
+    plan = sample_plan(stack)
+    head_files = files(user_data(head_node(plan, instance_type(stack))))
+    conf, gres = head_files["/etc/slurm/slurm.conf"], head_files["/etc/slurm/gres.conf"]
+    declared = 0
+    for line in conf.splitlines():
+        if line.startswith("NodeName="):
+            fields = dict(f.split("=", 1) for f in line.split())
+            runs = re.fullmatch(r".*\[(.*)\]", fields["NodeName"]).group(1).split(",")
+            count = sum(int(b or a) - int(a) + 1 for a, _, b in (r.partition("-") for r in runs))
+            declared += count * int(fields["Gres"].rsplit(":", 1)[1])
+    assert declared == 16
+    (line,) = [ln for ln in gres.splitlines() if ln.startswith("NodeName=")]
+    name = plan.stack.outputs["munge_secret"].rsplit(":", 1)[-1].split("-munge-key")[0]
+    gpu = {"aws-large": "h100", "tencent-large": "h20"}[stack]
+    assert line == f"NodeName={name}-node-[0-1] Name=gpu Type={gpu} File=/dev/nvidia[0-7]"
+    assert "GresTypes=gpu\n" in conf and "SlurmctldParameters=enable_configless,cloud_reg_addrs\n" in conf
+
+
+@pytest.mark.parametrize("stack", ["aws-large", "tencent-large", "aws-entry", "tencent-entry"])
+def test_every_gpu_node_boots_configless_slurmd_pointed_at_the_head_node(stack, sample_plan):
+    plan = sample_plan(stack)
+    address = plan.stack.outputs["head_address"]
+    head = head_node(plan, instance_type(stack))
+    assert head.inputs["privateIp"] == address
+    for i, document in enumerate(node_documents(plan, stack)):
+        node_files = files(document)
+        assert f"CONF_SERVER='{address}:{SLURMCTLD_PORT}'\n" in node_files["/opt/gpu-cluster/bin/node-setup"]
+        identity = node_files["/opt/gpu-cluster/bin/node-identity"]
+        if cloud(stack) == "aws":  # one document for all nodes: the index comes from the instance's tag
+            assert "NODE_INDEX=''\n" in identity and "INDEX_PATH='tags/instance/gpu-cluster:node'\n" in identity
+        else:  # each node its own document
+            assert f"NODE_INDEX='{i}'\n" in identity
+        assert "slurmd" in yaml.safe_load(document)["packages"]
+    # The GPU nodes are created after the head node, so none can take its address first.
+    for node in gpu_nodes(plan, instance_type(stack)):
+        assert head.urn in node.dependencies
+
+
+def test_aws_nodes_can_read_their_index_tag_from_the_instance_metadata(sample_plan):
+    plan = sample_plan("aws-large")
+    assert plan.one(LT).inputs["metadataOptions"]["instanceMetadataTags"] == "enabled"
+    for i, node in enumerate(sorted(gpu_nodes(plan, AWS_INSTANCE), key=lambda r: r.name)):
+        assert node.inputs["metadataOptions"]["instanceMetadataTags"] == "enabled"
+        assert node.inputs["tags"]["gpu-cluster:node"] == str(i)
+
+
+# ---- the head node ----------------------------------------------------------------------------------
+
+def test_aws_head_node_is_private_imdsv2_encrypted_in_the_cluster_subnet(sample_plan):
+    plan = sample_plan("aws-large")
+    head = head_node(plan, AWS_INSTANCE).inputs
+    subnet = next(r for r in plan.of_type("aws:ec2/subnet:Subnet") if r.name.endswith("-network-subnet"))
+    sg = next(r for r in plan.of_type("aws:ec2/securityGroup:SecurityGroup") if r.name.endswith("-network-nodes"))
+    assert head["subnetId"] == subnet.id and head["vpcSecurityGroupIds"] == [sg.id]
+    assert head["availabilityZone"] == "us-east-1a" and head["associatePublicIpAddress"] is False
+    assert head["metadataOptions"]["httpTokens"] == "required"
+    assert head["rootBlockDevice"]["encrypted"] is True
+    assert head["privateIp"] == head_address(subnet.inputs["cidrBlock"])
+    assert ipaddress.ip_address(head["privateIp"]) in ipaddress.ip_network(subnet.inputs["cidrBlock"])
+    assert head["disableApiTermination"] is True  # critical
+    assert head["userDataReplaceOnChange"] is True
+    assert (sample_plan("aws-entry").stack.outputs["head_address"], ) == ("10.41.0.10",)
+
+
+def test_tencent_head_node_is_private_in_the_cluster_subnet_with_its_role(sample_plan):
+    plan = sample_plan("tencent-large")
+    head = head_node(plan, TC_INSTANCE).inputs
+    subnet = plan.one("tencentcloud:Subnet/instance:Instance")
+    group = plan.one("tencentcloud:Security/group:Group")
+    assert (head["subnetId"], head["orderlySecurityGroups"], head["availabilityZone"]) == (
+        subnet.id, [group.id], "ap-shanghai-5")
+    assert head["allocatePublicIp"] is False and head["hostname"] == "tc-large-head"
+    assert head["privateIp"] == head_address(subnet.inputs["cidrBlock"]) == "10.50.0.10"
+    assert head["instanceChargeType"] == "POSTPAID_BY_HOUR" and head["disableApiTermination"] is True
+    assert head["userDataReplaceOnChange"] is True and "hpcClusterId" not in head
+    assert yaml.safe_load(user_data(head_node(plan, TC_INSTANCE)))["hostname"] == "tc-large-head"
+
+
+@pytest.mark.parametrize("stack", ["aws-entry", "tencent-entry"])
+def test_the_fixed_address_is_freed_before_a_new_head_node_takes_it(stack):
+    regs = render(stack_with(stack)).registrations
+    heads = [r for r in regs if r.type == instance_type(stack) and r.inputs["tags"].get("gpu-cluster:role") == "head"]
+    assert len(heads) == 1 and heads[0].delete_before_replace
+    assert not [r.name for r in regs if r.delete_before_replace and r not in heads]
+
+
+def test_the_head_node_state_lives_on_its_own_protected_snapshotted_disk(sample_plan):
+    plan = sample_plan("aws-large")
+    head = head_node(plan, AWS_INSTANCE)
+    (volume,) = [v for v in plan.of_type("aws:ebs/volume:Volume") if v.name.endswith("-head-data")]
+    assert volume.protect and volume.inputs["encrypted"] is True
+    assert head.inputs["tags"]["gpu-cluster:data-volume"] == volume.id
+    dlm = plan.one("aws:dlm/lifecyclePolicy:LifecyclePolicy").inputs["policyDetails"]
+    assert dlm["targetTags"].items() <= volume.inputs["tags"].items()
+    attached = {(a.inputs["volumeId"], a.inputs["instanceId"])
+                for a in plan.of_type("aws:ec2/volumeAttachment:VolumeAttachment")}
+    assert (volume.id, head.id) in attached
+    assert "StateSaveLocation=/data/slurm/state\n" in files(user_data(head))["/etc/slurm/slurm.conf"]
+
+    tc = sample_plan("tencent-large")
+    (disk,) = [d for d in tc.of_type("tencentcloud:Cbs/storage:Storage") if d.name.endswith("-head-data")]
+    assert disk.protect and disk.inputs["encrypt"] is True
+    snapshots = {a.inputs["storageId"] for a in tc.of_type("tencentcloud:Cbs/snapshotPolicyAttachment:SnapshotPolicyAttachment")}
+    assert disk.id in snapshots
+    attach = {(a.inputs["storageId"], a.inputs["instanceId"]) for a in tc.of_type("tencentcloud:Cbs/storageAttachment:StorageAttachment")}
+    assert (disk.id, head_node(tc, TC_INSTANCE).id) in attach
+    assert f"echo {disk.id}" in files(user_data(head_node(tc, TC_INSTANCE)))["/usr/local/sbin/gpu-cluster-data"]
+
+
+# ---- network and roles ------------------------------------------------------------------------------
+
+def test_slurm_traffic_flows_only_within_the_cluster_security_group(sample_plan):
+    """slurmctld 6817, slurmd 6818 and srun's ephemeral ports: all inside the group, from the group itself."""
+    plan = sample_plan("aws-large")
+    sg = next(r for r in plan.of_type("aws:ec2/securityGroup:SecurityGroup") if r.name.endswith("-network-nodes"))
+    ingress = [r.inputs for r in plan.of_type("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule")
+               if r.inputs["securityGroupId"] == sg.id]
+    (own,) = [r for r in ingress if r.get("referencedSecurityGroupId") == sg.id]
+    assert own["ipProtocol"] == "-1"
+    assert not [r for r in ingress if r.get("cidrIpv4") in ("0.0.0.0/0",)]
+    for r in ingress:  # anything else in is narrower: the Lustre servers' group, SSH from the given ranges
+        assert r.get("referencedSecurityGroupId") or r.get("fromPort") == 22
+
+    tc = sample_plan("tencent-large")
+    group = tc.one("tencentcloud:Security/group:Group")
+    rules = tc.one("tencentcloud:Security/groupRuleSet:GroupRuleSet").inputs["ingresses"]
+    (own,) = [r for r in rules if r.get("sourceSecurityId") == group.id]
+    assert (own["protocol"], own["port"], own["action"]) == ("ALL", "all", "ACCEPT")
+    assert not [r for r in rules if r.get("cidrBlock") == "0.0.0.0/0"]
+    assert head_node(tc, TC_INSTANCE).inputs["orderlySecurityGroups"] == [group.id]
+
+
+def _aws_statements(plan: Plan, role_part: str) -> list[dict]:
+    return [s for r in plan.of_type("aws:iam/rolePolicy:RolePolicy") if role_part in r.name
+            for s in json.loads(r.inputs["policy"])["Statement"]]
+
+
+def test_aws_nodes_may_only_read_the_secret_and_the_head_node_may_also_store_it(sample_plan):
+    plan = sample_plan("aws-large")
+    arn = plan.one(AWS_SECRET).outputs["arn"]
+    for role_part, actions in (("-compute-node-role", ["secretsmanager:GetSecretValue"]),
+                               ("-head-role", ["secretsmanager:GetSecretValue", "secretsmanager:PutSecretValue"])):
+        secret = [s for s in _aws_statements(plan, role_part) if any(a.startswith("secretsmanager:") for a in s["Action"])]
+        assert [(s["Action"], s["Resource"]) for s in secret] == [(actions, arn)]
+    # The secret is encrypted with the AWS managed key (no kms_key_id): no kms:Decrypt needed, none granted.
+    assert "kmsKeyId" not in plan.one(AWS_SECRET).inputs
+    assert not [a for s in _aws_statements(plan, "") for a in s["Action"] if a.startswith("kms:")]
+    head_profile = head_node(plan, AWS_INSTANCE).inputs["iamInstanceProfile"]
+    assert head_profile == next(r for r in plan.of_type("aws:iam/instanceProfile:InstanceProfile")
+                                if r.name.endswith("-head-profile")).outputs["name"]
+    attached = sorted(r.inputs["policyArn"].rsplit("/", 1)[-1]
+                      for r in plan.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment") if "-head-role-" in r.name)
+    assert attached == ["AmazonSSMManagedInstanceCore", "CloudWatchAgentServerPolicy"]
+
+
+def test_tencent_nodes_may_only_read_the_secret_through_their_instance_role(sample_plan):
+    plan = sample_plan("tencent-large")
+    roles = {r.inputs["name"]: r for r in plan.of_type("tencentcloud:Cam/role:Role")}
+    policies = {r.inputs["name"]: json.loads(r.inputs["document"]) for r in plan.of_type("tencentcloud:Cam/policy:Policy")}
+    resource = "qcs::ssm:ap-shanghai:uin/100000000001:secret/creatorUin/100000000001/tc-large-munge-key"
+    for who, actions in (("node", ["name/ssm:GetSecretValue"]),
+                         ("head", ["name/ssm:GetSecretValue", "name/ssm:PutSecretValue"])):
+        trust = json.loads(roles[f"tc-large-{who}"].inputs["document"])
+        assert trust["statement"][0]["principal"] == {"service": ["cvm.qcloud.com"]}
+        statements = policies[f"tc-large-{who}"]["statement"]
+        ssm = [s for s in statements if any(a.startswith("name/ssm:") for a in s["action"])]
+        assert [(s["action"], s["resource"]) for s in ssm] == [(actions, [resource])]
+        assert [s["action"] for s in statements if s not in ssm] == [["name/monitor:PutMonitorData"]]
+    assert {n.inputs["camRoleName"] for n in gpu_nodes(plan, TC_INSTANCE)} == {"tc-large-node"}
+    assert head_node(plan, TC_INSTANCE).inputs["camRoleName"] == "tc-large-head"
+
+
+# ---- alarms, outputs ----------------------------------------------------------------------------------
+
+def test_aws_alarms_on_a_failed_health_check_per_node_and_on_the_head_node(sample_plan):
+    plan = sample_plan("aws-large")
+    topic = plan.one("aws:sns/topic:Topic").outputs["arn"]
+    nodes = sorted(gpu_nodes(plan, AWS_INSTANCE), key=lambda r: r.name)
+    health = sorted((a.inputs for a in plan.of_type(ALARM) if a.inputs["metricName"] == "NodeHealthy"),
+                    key=lambda a: a["dimensions"]["NodeName"])
+    assert [a["dimensions"] for a in health] == [
+        {"ClusterName": "llm-large", "NodeName": f"llm-large-node-{i}", "InstanceId": n.id} for i, n in enumerate(nodes)]
+    for a in health:
+        assert (a["namespace"], a["comparisonOperator"], a["threshold"], a["statistic"]) == (
+            "GpuCluster", "LessThanThreshold", 1, "Minimum")
+        assert a["alarmActions"] == [topic] and a["treatMissingData"] == "notBreaching"
+    head = head_node(plan, AWS_INSTANCE).id
+    assert [a.inputs["metricName"] for a in plan.of_type(ALARM) if a.inputs["dimensions"] == {"InstanceId": head}] == [
+        "StatusCheckFailed"]
+
+
+@pytest.mark.parametrize("stack", ["aws-large", "tencent-large"])
+def test_outputs_say_how_to_reach_the_head_node_and_submit_the_first_job(stack, sample_plan):
+    out = sample_plan(stack).stack.outputs
+    head = head_node(sample_plan(stack), instance_type(stack)).id
+    assert out["head_node_id"] == head and head in out["connect_head"]
+    assert out["submit_job"] == "sudo sbatch /opt/gpu-cluster/jobs/nccl-allreduce.sbatch"
+    if cloud(stack) == "aws":
+        assert out["connect_head"] == f"aws ssm start-session --target {head} --region us-east-1"
+        assert out["munge_secret"].startswith("arn:aws:secretsmanager:us-east-1:")
+    else:
+        assert "tccli tat RunCommand --region ap-shanghai" in out["connect_head"]
+        assert out["munge_secret"] == "tc-large-munge-key"
+    # The job the output names is one the head node ships.
+    assert "/opt/gpu-cluster/jobs/nccl-allreduce.sbatch" in files(user_data(head_node(sample_plan(stack),
+                                                                                     instance_type(stack))))
+
+
+@pytest.mark.parametrize("stack", ["aws-entry", "tencent-entry"])
+def test_the_notes_say_what_slurm_adds_and_cannot_do(stack, sample_plan):
+    from gpu_cluster.render import read_stack_file, stack_path, validate
+
+    notes = validate(read_stack_file(stack_path(stack))).notes
+    slurm = [n for n in notes if n.startswith("scheduler: slurm")]
+    assert any("-munge-key" in n and "no plan, state or user data holds it" in n for n in slurm)
+    if cloud(stack) == "tencentcloud":
+        assert any("MT_QCE" in n and "no alarm watches" in n for n in slurm)
+        assert any("TencentOS Server 3.1" in n and "cluster.image_id" in n for n in slurm)
+    else:
+        assert any("replaces the head node" in n for n in slurm)
+
+
+# ---- scheduler: none ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("stack", ["aws-large", "tencent-large", "aws-scheduled", "tencent-scheduled"])
+def test_scheduler_none_renders_no_head_node_no_secret_and_no_slurm(stack):
+    plan = render_plan(stack, {"scheduler": "none"})
+    kinds = {r.type for r in plan.custom()}
+    assert not kinds & {AWS_SECRET, TC_SECRET, *SECRET_VALUES}
+    assert [r.name for r in plan.of_type(instance_type(stack))] == [r.name for r in gpu_nodes(plan, instance_type(stack))]
+    assert not [r for r in plan.custom() if "head" in r.name]
+    for document in node_documents(plan, stack):
+        assert "slurmd" not in yaml.safe_load(document).get("packages", [])
+        assert not [p for p in files(document) if p.startswith("/opt/gpu-cluster/") or "slurm" in p]
+    assert not {"head_node_id", "head_address", "munge_secret", "connect_head", "submit_job"} & set(plan.stack.outputs)
+    assert not [a for a in plan.of_type(ALARM) if a.inputs["metricName"] == "NodeHealthy"]
+    if cloud(stack) == "tencentcloud":
+        assert not [r for r in plan.of_type("tencentcloud:Cam/role:Role") if not r.name.endswith("-cost-controls-role")]
+        assert all("camRoleName" not in n.inputs for n in plan.of_type(TC_INSTANCE))
+    else:
+        assert not [r for r in plan.of_type("aws:iam/rolePolicy:RolePolicy") if "munge" in r.name]
+    assert run_policies(plan) == []
+
+
+def test_scheduler_none_leaves_the_gpu_nodes_as_they_were_and_drops_the_head_node_resources():
+    with_slurm, without = render_plan("aws-entry"), render_plan("aws-entry", {"scheduler": "none"})
+    added = {r.name for r in with_slurm.custom()} - {r.name for r in without.custom()}
+    assert added == {"ml-entry-head-munge-key", "ml-entry-head-role", "ml-entry-head-role-ssm",
+                     "ml-entry-head-role-cloudwatch", "ml-entry-head-role-munge-key", "ml-entry-head-profile",
+                     "ml-entry-head-instance", "ml-entry-head-data-attachment", "ml-entry-storage-head-data",
+                     "ml-entry-compute-node-role-munge-key", "ml-entry-monitoring-node-0-unhealthy",
+                     "ml-entry-monitoring-head-status"}
+    assert {r.name for r in without.custom()} <= {r.name for r in with_slurm.custom()}
+
+
+# ---- the pure pieces --------------------------------------------------------------------------------
+
+def test_head_address_is_host_ten_of_the_subnet():
+    assert head_address("10.40.0.0/17") == "10.40.0.10"
+    assert head_address("192.168.4.0/25") == "192.168.4.10"
+    assert HEAD_HOST_OFFSET == 10
+    with pytest.raises(ValueError, match="too small"):
+        head_address("10.0.0.0/28")
+
+
+def test_user_data_is_compressed_within_the_16_kb_limit(sample_plan):
+    document = "#cloud-config\n" + "runcmd: []\n" * 4000
+    encoded = encode(document)
+    assert decode(encoded) == document and encode(document) == encoded  # deterministic: the same every render
+    assert size_problem(encoded, "raw", "x") is None and size_problem(encoded, "base64", "x") is None
+    assert "over the 16384-byte limit" in size_problem("A" * (USER_DATA_LIMIT + 4), "base64", "node x")
+    for stack in SAMPLE_STACKS:
+        plan = sample_plan(stack)
+        for r in plan.of_type(LT, AWS_INSTANCE, TC_INSTANCE):
+            key = "userData" if r.type != AWS_INSTANCE else "userDataBase64"
+            if key in r.inputs:
+                assert len(r.inputs[key]) <= USER_DATA_LIMIT * 4 // 3 + 4 and decode(r.inputs[key]).startswith(
+                    "#cloud-config\n"), (stack, r.name)
