@@ -4,7 +4,7 @@ Only what AWS decides lives here: how its disks are recognised, where the node l
 volume's id, how the FSx Lustre client and the CloudWatch agent are installed. The Deep Learning
 AMI ships the NVIDIA driver, EFA, aws-ofi-nccl and DCGM, but its release notes list neither the
 Lustre client nor the CloudWatch agent (docs.aws.amazon.com/dlami/latest/devguide/, "Base OSS Nvidia
-Driver GPU AMI (Ubuntu 22.04)" release notes), so both are installed here.
+Driver GPU AMI (Ubuntu 24.04)" release notes), so both are installed here.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ echo "${{volume//-/}}"
 """
 
 # FSx for Lustre client on Ubuntu, pinned to the running kernel (FSx for Lustre user guide,
-# "Installing the Lustre client", Ubuntu 22.04: docs.aws.amazon.com/fsx/latest/LustreGuide/
+# "Installing the Lustre client", Ubuntu: docs.aws.amazon.com/fsx/latest/LustreGuide/
 # install-lustre-client.html). The repository builds one package per kernel; when the AMI's kernel is
 # newer than the newest client, the install fails loudly instead of leaving /lustre unmounted unnoticed.
 LUSTRE_CLIENT_SH = bash_script("gpu-cluster-lustre-client", "Install the FSx for Lustre client for the running kernel", r"""

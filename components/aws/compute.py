@@ -29,10 +29,14 @@ from components.cloudinit import encode, render, size_problem
 from components.slurm import SlurmCluster, node_boot_parts, with_slurm
 from components.spec import Capacity, node_is_spot
 
-# The Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04), published as an SSM public
-# parameter (docs.aws.amazon.com/dlami/latest/devguide/find-dlami-id.html). It ships the NVIDIA driver,
-# EFA, aws-ofi-nccl and DCGM; components/aws/boot.py installs what it lacks.
-DLAMI_PARAMETER = "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
+# The Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 24.04), published as an SSM public
+# parameter (docs.aws.amazon.com/dlami/latest/devguide/find-dlami-id.html; its release notes list G4dn,
+# G5, P4d, P4de, P5, P5e, P5en among the supported instances). It ships the NVIDIA driver, EFA,
+# aws-ofi-nccl and DCGM; components/aws/boot.py installs what it lacks. Ubuntu 24.04 rather than 22.04
+# for Slurm: 22.04's slurm-wlm 21.08 has no cgroup/v2 plugin (Slurm source, src/plugins/cgroup at tag
+# slurm-21-08-5-1: v1 only) while 22.04 mounts cgroup v2 only, so slurmd could not confine GPUs or even
+# start with proctrack/cgroup; 24.04 ships slurm-wlm 23.11 (packages.ubuntu.com/noble/slurmd).
+DLAMI_PARAMETER = "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-24.04/latest/ami-id"
 DATA_DEVICE = "/dev/sdf"
 SCRATCH_DEVICE = "/dev/sdg"
 """Block-device mapping names. On Nitro instances the OS sees NVMe devices instead
@@ -301,9 +305,10 @@ class Compute(pulumi.ComponentResource):
         for suffix, policy in (("ssm", "AmazonSSMManagedInstanceCore"), ("cloudwatch", "CloudWatchAgentServerPolicy")):
             aws.iam.RolePolicyAttachment(f"{name}-node-role-{suffix}", role=role.name,
                                          policy_arn=aws_managed_policy(args.partition, policy), opts=child)
+        grants = []
         if args.munge_secret_arn is not None:
-            aws.iam.RolePolicy(f"{name}-node-role-munge-key", role=role.id,
-                               policy=munge_policy(args.munge_secret_arn, write=False), opts=child)
+            grants.append(aws.iam.RolePolicy(f"{name}-node-role-munge-key", role=role.id,
+                                             policy=munge_policy(args.munge_secret_arn, write=False), opts=child))
         if args.bucket_arn is not None:
             aws.iam.RolePolicy(
                 f"{name}-node-role-checkpoints", role=role.id,
@@ -318,7 +323,9 @@ class Compute(pulumi.ComponentResource):
                 ]),
                 opts=child)
         profile_name = f"{name}-node-profile"
-        profile = aws.iam.InstanceProfile(profile_name, role=role.name, tags=tagged(args.tags, profile_name), opts=child)
+        # After the secret grant: a node reads the munge key at first boot, and AccessDenied stops it.
+        profile = aws.iam.InstanceProfile(profile_name, role=role.name, tags=tagged(args.tags, profile_name),
+                                          opts=pulumi.ResourceOptions(parent=self, depends_on=grants))
         return role, profile
 
     @staticmethod

@@ -94,7 +94,7 @@ class CostControls(pulumi.ComponentResource):
             ]),
             opts=child)
         group_name = f"{name}-schedules"
-        group = aws.scheduler.ScheduleGroup(group_name, tags=tagged(args.tags, group_name), opts=child)
+        group = aws.scheduler.ScheduleGroup(group_name, name=group_name, tags=tagged(args.tags, group_name), opts=child)
         instances = pulumi.Output.all(*args.node_ids).apply(lambda ids: json.dumps({"InstanceIds": list(ids)}))
         parsed = [run_windows.parse(w) for w in args.schedule.windows]
         counts = {"start": 0, "stop": 0}

@@ -32,22 +32,22 @@ from components.slurm import SlurmCluster, head_boot_config
 
 HEAD_INSTANCE_TYPE = HEAD_INSTANCE_TYPES["aws"]
 
-UBUNTU_PARAMETER = "/aws/service/canonical/ubuntu/server/22.04/stable/current/amd64/hvm/ebs-gp2/ami-id"
-"""Canonical's Ubuntu 22.04 LTS server image, as the SSM public parameter Canonical publishes
+UBUNTU_PARAMETER = "/aws/service/canonical/ubuntu/server/24.04/stable/current/amd64/hvm/ebs-gp3/ami-id"
+"""Canonical's Ubuntu 24.04 LTS server image, as the SSM public parameter Canonical publishes
 (.../ubuntu/<product>/<release>/stable/current/<arch>/<virt>/<volume type>/ami-id: Canonical,
 "Finding Ubuntu images with the AWS SSM Parameter Store", discourse.ubuntu.com/t/15507). The GPU nodes'
-Deep Learning AMI is Ubuntu 22.04 too (components/aws/compute.py DLAMI_PARAMETER), so head and nodes
+Deep Learning AMI is Ubuntu 24.04 too (components/aws/compute.py DLAMI_PARAMETER), so head and nodes
 install the same slurm-wlm release from the same Ubuntu archive (configless slurmd needs a slurmctld of
 its own release or newer: Slurm upgrade guide)."""
 
 HEAD_ROOT_GB = 30
 """Encrypted gp3 root volume of the head node: the OS, the Slurm and munge packages, the FSx client."""
 
-SECRET_RECOVERY_DAYS = 7
-"""A deleted munge-key secret stays recoverable for 7 days, the shortest window Secrets Manager allows
-short of deleting at once (RecoveryWindowInDays 7-30, or ForceDeleteWithoutRecovery: Secrets Manager API
-reference, DeleteSecret; provider contract aws:secretsmanager/secret:Secret). The key is no data: a head
-node whose secret has no value makes a new one."""
+SECRET_RECOVERY_DAYS = 0
+"""A deleted munge-key secret goes at once (0 = ForceDeleteWithoutRecovery: Secrets Manager API reference,
+DeleteSecret; provider contract aws:secretsmanager/secret:Secret). A recovery window would keep the
+name reserved, so `pulumi destroy` then `pulumi up` within it would fail ("scheduled for deletion"); the
+key is no data anyway: a head node whose secret has no value makes a new one."""
 
 DATA_DEVICE = "/dev/sdf"
 """Block-device mapping name of the state volume (Nitro shows it as NVMe; the boot finds it by serial)."""
@@ -148,10 +148,12 @@ class Head(pulumi.ComponentResource):
         for suffix, policy in (("ssm", "AmazonSSMManagedInstanceCore"), ("cloudwatch", "CloudWatchAgentServerPolicy")):
             aws.iam.RolePolicyAttachment(f"{name}-role-{suffix}", role=role.name,
                                          policy_arn=aws_managed_policy(args.partition, policy), opts=child)
-        aws.iam.RolePolicy(f"{name}-role-munge-key", role=role.id, policy=munge_policy(secret_arn, write=True),
-                           opts=child)
+        grant = aws.iam.RolePolicy(f"{name}-role-munge-key", role=role.id,
+                                   policy=munge_policy(secret_arn, write=True), opts=child)
         profile_name = f"{name}-profile"
-        return aws.iam.InstanceProfile(profile_name, role=role.name, tags=tagged(args.tags, profile_name), opts=child)
+        # After the grant: the head reads the secret at first boot, and an AccessDenied there stops it.
+        return aws.iam.InstanceProfile(profile_name, role=role.name, tags=tagged(args.tags, profile_name),
+                                       opts=pulumi.ResourceOptions(parent=self, depends_on=[grant]))
 
 
 def munge_policy(secret_arn: pulumi.Input[str], write: bool) -> pulumi.Output[str]:

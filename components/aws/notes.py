@@ -57,7 +57,7 @@ def slurm_notes(spec: "ClusterSpec") -> list[str]:
     if spec.scheduler != "slurm":
         return []
     return [
-        f"scheduler: slurm — a head node ({HEAD_INSTANCE_TYPES['aws']}, on demand, Canonical's Ubuntu 22.04 like the "
+        f"scheduler: slurm — a head node ({HEAD_INSTANCE_TYPES['aws']}, on demand, Canonical's Ubuntu 24.04 like the "
         f"GPU nodes' Deep Learning AMI) runs slurmctld at the cluster subnet's host {HEAD_HOST_OFFSET} (stack output "
         f"head_address), its state on its own {HEAD_DATA_GB} GB volume, snapshotted with the data volumes. The munge "
         f"key is made by the head node at its first boot and kept in the Secrets Manager secret {spec.name}-munge-key: "

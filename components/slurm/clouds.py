@@ -85,11 +85,12 @@ AWS = CloudOps(
     metric_put=("aws", "cloudwatch", "put-metric-data", "--region", "$REGION",
                 "--namespace", "$METRIC_NAMESPACE", "--metric-name", "$METRIC_NAME",
                 "--unit", "Count", "--value", "$METRIC_VALUE", "--dimensions", "$METRIC_DIMENSIONS"),
-    # The DLAMI ships AWS CLI v1 (pip awscli, DLAMI release notes); a plain Ubuntu 22.04 head node
-    # gets Ubuntu's awscli package (v1). Ubuntu 24.04 has no awscli package: unconfirmed there.
-    head_packages=("awscli",),
+    # Ubuntu 24.04 has no awscli package; where the image carries no `aws`, the AWS CLI v2 snap AWS
+    # documents ("sudo snap install aws-cli --classic": AWS CLI user guide, "Installing or updating to
+    # the latest version of the AWS CLI", Snap package) — Ubuntu server images ship snapd.
+    head_packages=(),
     node_packages=(),
-    unconfirmed=("head_packages on Ubuntu 24.04",),
+    cli_setup=(("bash", "-c", "command -v aws > /dev/null 2>&1 || snap install aws-cli --classic"),),
 )
 
 TENCENTCLOUD = CloudOps(

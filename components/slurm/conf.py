@@ -14,7 +14,9 @@ templates/default/slurm/slurm.conf.erb). Only the head node's address must be kn
 it is `head_address`, an IP or a name every GPU node resolves.
 
 Every key below is documented in slurm.conf(5) / gres.conf(5) / cgroup.conf(5) of Slurm 22.05.8
-(Debian bookworm slurm-wlm 22.05.8-4+deb12u3), the version the local harness runs.
+(Debian bookworm slurm-wlm 22.05.8-4+deb12u3), the version the local harness runs, and kept in 23.11,
+the release the nodes install from Ubuntu 24.04 (packages.ubuntu.com/noble/slurmd). Slurm 21.08
+(Ubuntu 22.04) has no cgroup/v2 plugin, which is why the images are Ubuntu 24.04.
 """
 
 from __future__ import annotations
@@ -242,7 +244,7 @@ def gres_conf(c: SlurmCluster) -> str:
 
 
 def cgroup_conf(c: SlurmCluster) -> str:
-    """cgroup.conf: cgroup v2 (the unified hierarchy Ubuntu 22.04+ boots with), jobs confined to
+    """cgroup.conf: cgroup v2 (the unified hierarchy Ubuntu 24.04 boots with), jobs confined to
     their cores and to the GPUs they were allocated (ConstrainDevices: "constrain the job's allowed
     devices based on GRES allocated resources")."""
     return ("# Written by gpu-cluster (components/slurm).\n"

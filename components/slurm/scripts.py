@@ -291,7 +291,10 @@ if [ "$RDMA_KIND" != none ]; then
     ok "$devices $RDMA_KIND devices"
   fi
   if [ "$RDMA_KIND" = efa ]; then
-    if ! fi_out=$(timeout 60 fi_info -p efa -t FI_EP_RDM 2>&1) || ! printf '%s' "$fi_out" | grep -q 'provider: efa'; then
+    # The EFA installer puts fi_info in /opt/amazon/efa/bin, on PATH only for login shells (AWS EFA
+    # user guide, "Verify the EFA installer"); this runs from a systemd unit.
+    fi_info=$(command -v fi_info || echo /opt/amazon/efa/bin/fi_info)
+    if ! fi_out=$(timeout 60 "$fi_info" -p efa -t FI_EP_RDM 2>&1) || ! printf '%s' "$fi_out" | grep -q 'provider: efa'; then
       fail "libfabric lists no EFA provider (fi_info -p efa -t FI_EP_RDM): $(printf '%s' "$fi_out" | head -c 300)"
     else
       ok "libfabric EFA provider present"
@@ -521,13 +524,24 @@ for dir in "${WAIT_MOUNTS[@]}"; do
     exit 1
   fi
 done
+shared=1
+for dir in "${SOFT_MOUNTS[@]}"; do
+  deadline=$((SECONDS + MOUNT_WAIT_S))
+  until mountpoint -q "$dir" || [ "$SECONDS" -ge "$deadline" ]; do sleep 5; done
+  if ! mountpoint -q "$dir"; then
+    echo "head-setup: $dir is not mounted after ${MOUNT_WAIT_S}s; slurmctld starts without the shared directories on it" >&2
+    shared=0
+  fi
+done
 mkdir -p "$STATE_DIR"
 chown "$SLURM_USER:$SLURM_USER" "$STATE_DIR"
 chmod 0700 "$STATE_DIR"
-for dir in "${SHARED_DIRS[@]}"; do
-  mkdir -p "$dir"
-  chmod 1777 "$dir"
-done
+if [ "$shared" = 1 ]; then
+  for dir in "${SHARED_DIRS[@]}"; do
+    mkdir -p "$dir"
+    chmod 1777 "$dir"
+  done
+fi
 "$BIN/munge-key"
 '''
 
@@ -536,11 +550,14 @@ def head_setup_script(c: SlurmCluster, wait_mounts: Sequence[str] | None = None)
     """Head node boot before slurmctld: its state directory on persistent storage, the shared
     directories on /lustre, the munge key."""
     o = ops(c.cloud)
+    # The state's file system is required; /lustre only holds the shared directories, so a missing
+    # Lustre client must not keep slurmctld down.
     if wait_mounts is None:
-        wait_mounts = [m for m in (c.paths.data, c.paths.lustre)
-                       if c.state_dir.startswith(m + "/") or (m == c.paths.lustre and c.lustre)]
+        wait_mounts = [m for m in (c.paths.data, c.paths.lustre) if c.state_dir.startswith(m + "/")]
+    soft_mounts = [c.paths.lustre] if c.lustre and c.paths.lustre not in wait_mounts else []
     return _script("Head node: prepare slurmctld", {
         "BIN": c.paths.bin, "STATE_DIR": c.state_dir, "SLURM_USER": "slurm",
         "MOUNT_WAIT_S": MOUNT_WAIT_S,
-    }, _HEAD_SETUP_BODY, [shell.array("WAIT_MOUNTS", wait_mounts), shell.array("SHARED_DIRS", c.shared_dirs)]
+    }, _HEAD_SETUP_BODY, [shell.array("WAIT_MOUNTS", wait_mounts), shell.array("SOFT_MOUNTS", soft_mounts),
+                          shell.array("SHARED_DIRS", c.shared_dirs)]
         + [shell.command(cmd) for cmd in o.cli_setup])

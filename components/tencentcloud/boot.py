@@ -54,7 +54,9 @@ nvidia-smi > /dev/null || fail "nvidia-smi does not work after the driver instal
 # repository for RHEL 8 (NVIDIA Fabric Manager user guide, "Installation").
 _FABRIC_MANAGER_SH = bash_script("gpu-cluster-fabric-manager", "Install and start nvidia-fabricmanager matching the driver", r"""
 driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -n 1) || fail "no NVIDIA driver"
-if ! systemctl list-unit-files nvidia-fabricmanager.service > /dev/null 2>&1; then
+# `systemctl cat` fails for a unit that does not exist (list-unit-files may exit 0 with no match on
+# older systemd, such as TencentOS 3.1's 239).
+if ! systemctl cat nvidia-fabricmanager.service > /dev/null 2>&1; then
   if command -v dnf > /dev/null; then
     dnf config-manager --add-repo https://developer.download.nvidia.com/compute/cuda/repos/rhel8/x86_64/cuda-rhel8.repo
     dnf install -y "nvidia-fabric-manager-$driver-1" || fail "no nvidia-fabric-manager $driver in NVIDIA's repository"

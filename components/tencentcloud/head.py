@@ -40,9 +40,10 @@ HEAD_SYSTEM_DISK_GB = 50
 """The head node's cloud system disk: the provider's default size (provider doc instance v1.82.42,
 system_disk_size: "Default is 50 GB")."""
 
-SECRET_RECOVERY_DAYS = 7
-"""A deleted munge-key secret is kept 7 days before it is gone (ssm_secret recovery_window_in_days:
-0 = at once, 1-30 = days kept; provider contract tencentcloud:Ssm/secret:Secret)."""
+SECRET_RECOVERY_DAYS = 0
+"""A deleted munge-key secret goes at once (ssm_secret recovery_window_in_days: 0 = at once, 1-30 = days
+kept; provider contract tencentcloud:Ssm/secret:Secret): a kept name would make `pulumi destroy` then
+`pulumi up` fail, and the key is no data (a head whose secret has no value makes a new one)."""
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,7 @@ class Head(pulumi.ComponentResource):
         user = tencentcloud.user.get_info_output(opts=pulumi.InvokeOutputOptions(parent=self))
         head_role = self._role(prefix, "head", "the Slurm head node", args, user, write=True, child=child)
         node_role = self._role(prefix, "node", "the GPU nodes", args, user, write=False, child=child)
-        self.node_role_name = node_role.name
+        self.node_role_name = node_role
 
         offers = tencentcloud.instance.get_types_output(
             filters=[{"name": "zone", "values": [args.zone]}, {"name": "instance-family", "values": [HEAD_FAMILY]}],
@@ -135,7 +136,7 @@ class Head(pulumi.ComponentResource):
                     "it is the Slurm head node's shape: choose another cluster.zone, or scheduler: none"))),
             system_disk_size=HEAD_SYSTEM_DISK_GB,
             instance_charge_type="POSTPAID_BY_HOUR",
-            cam_role_name=head_role.name,
+            cam_role_name=head_role,
             disable_api_termination=args.critical,
             user_data=user_data,
             user_data_replace_on_change=True,
@@ -152,7 +153,7 @@ class Head(pulumi.ComponentResource):
                                "node_role_name": self.node_role_name})
 
     def _role(self, prefix: str, who: str, what: str, args: HeadArgs, user, write: bool,
-              child: pulumi.ResourceOptions) -> tencentcloud.cam.Role:
+              child: pulumi.ResourceOptions) -> pulumi.Output[str]:
         role = tencentcloud.cam.Role(f"{prefix}-{who}-role", name=f"{prefix}-{who}",
                                      document=service_role_document("cvm.qcloud.com"),
                                      description=f"Instance role of {what} of {prefix} (gpu-cluster)",
@@ -162,6 +163,8 @@ class Head(pulumi.ComponentResource):
             document=pulumi.Output.all(user.owner_uin, user.uin).apply(
                 lambda v: policy_document(args.region, v[0], v[1], self.secret_name, write)),
             description=f"The munge-key secret and the health metric, for {what} of {prefix}", opts=child)
-        tencentcloud.cam.RolePolicyAttachment(f"{prefix}-{who}-attach", role_id=role.id, policy_id=policy.id,
-                                              opts=child)
-        return role
+        attach = tencentcloud.cam.RolePolicyAttachment(f"{prefix}-{who}-attach", role_id=role.id,
+                                                       policy_id=policy.id, opts=child)
+        # The name the instances take, known only once the grant is attached: an instance reads the
+        # munge key at first boot, and a refused read stops it.
+        return pulumi.Output.all(role.name, attach.id).apply(lambda v: v[0])

@@ -38,6 +38,20 @@ def notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
     out.append("GPU alarms watch GpuUtil, GpuTemp and GpuMemUsage, the Cloud Monitor data API's names; the alarm API's "
                "names for cvm_device are published nowhere we could read, so `pulumi up` checks them with "
                "monitor.get_alarm_metric first and stops if one is missing")
+    services = ["KMS (every cloud disk is encrypted: \"When you use the cloud disk encryption feature for the first "
+                "time, you must activate KMS\", CBS documentation, \"Cloud disk encryption\")"]
+    if spec.scheduler == "slurm":
+        services.append("Secrets Manager (SSM) with its SSM_QCSRole service role (SSM documentation, \"Quick "
+                        "start\"), for the munge key")
+    if spec.schedule is not None or spec.idle_stop is not None:
+        services.append("Serverless Cloud Function with its SCF_QcsRole service role, for the cost controls "
+                        "(unconfirmed that a function without it fails)")
+    out.append("one-time account setup before the first `pulumi up`: activate " + "; ".join(services))
+    if spec.storage.lustre is not None:
+        out.append("storage.lustre: the CFS Turbo file system gets a snapshot policy; Tencent's pages disagree on "
+                   "whether Turbo file systems take snapshots (CFS documentation, \"Snapshot use limits\": only the "
+                   "Standard type; \"Scheduled snapshots\": all file systems) — if `pulumi up` stops at the "
+                   "policy attachment, the file system has no snapshots and its data needs the bucket")
     if spec.storage.lustre is not None:
         out.append(f"storage.lustre.capacity_gib={spec.storage.lustre.capacity_gib} sets the CFS Turbo size at creation "
                    f"only: the provider (v1.82.42) cannot change it. To grow the file system, scale it up in the CFS "
@@ -71,7 +85,8 @@ def slurm_notes(spec: "ClusterSpec") -> list[str]:
             "TencentOS Server 3.1 is RHEL 8-compatible (dnf: components/tencentcloud/boot.py) and no source we could "
             "read lists these packages in its repositories, so on it the head node and the GPU nodes are expected to "
             "come up without Slurm (unconfirmed: not tried on a live cluster). Set cluster.image_id "
-            "to an Ubuntu 22.04 image with the NVIDIA driver (the head node uses it too), or scheduler: none")
+            "to an Ubuntu 24.04 image with the NVIDIA driver (the head node uses it too; Ubuntu 22.04's Slurm 21.08 "
+            "has no cgroup v2 support), or scheduler: none")
     return out
 
 
