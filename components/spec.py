@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import importlib
 import ipaddress
+import math
 import re
 from functools import lru_cache
 from dataclasses import dataclass
@@ -685,6 +686,17 @@ def _block_duration_ok(hours: int, block: dict) -> bool:
     if hours <= block["day_steps_up_to_hours"]:
         return hours >= block["day_step_hours"] and hours % block["day_step_hours"] == 0
     return hours <= block["max_hours"] and hours % block["week_step_hours"] == 0
+
+
+def shortest_block_hours(hours: float) -> Optional[int]:
+    """The shortest Capacity Block length AWS sells that lasts at least `hours`, or None past the longest
+    (catalog limits capacity_block: whole days up to 14, then whole weeks)."""
+    block = catalog.limit("aws", "capacity_block")
+    day, week = block["day_step_hours"], block["week_step_hours"]
+    length = max(day, math.ceil(hours / day) * day)
+    if length > block["day_steps_up_to_hours"]:
+        length = math.ceil(hours / week) * week
+    return length if length <= block["max_hours"] and _block_duration_ok(length, block) else None
 
 
 OWN_TAGS_MAX = 12

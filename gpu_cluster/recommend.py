@@ -26,12 +26,23 @@ The model (every constant below is stated in the output and in the README):
   over the run; monthly cost = node-hours for min(hours, 730) + the fixed items for a whole month (the
   file system and disks exist for the month the run is in). Costs in another currency than the
   budget's are converted at the book's dated exchange rate, named in the output.
+- **Purchase options**. On demand always; spot where the catalog or the price book has a spot price and
+  the workload is not critical; on AWS an EC2 Capacity Block for ML where the shape is sold in blocks in
+  the candidate's region (catalog limits `capacity_block`), which AWS recommends for training "for days
+  or weeks at a time" (EC2 user guide, "Capacity Blocks for ML"). A block is paid up front for its
+  whole length, whatever runs: the candidate takes the node count AWS sells (1, 2, 4, 8, …) and the
+  shortest block that lasts the estimated training hours, and pays for every hour of it. The block ends
+  at its end time, so the output states the hours to spare.
 - **Ranking**. Candidates that fit memory, time and budget first: the smallest tier that does the job
   (fewer, more available GPUs; lower always-on cost), then the lowest monthly cost, then the fastest.
+  Without target_hours no deadline bounds the run, and the smallest tier would win with the slowest
+  run of all (a 70B pre-training for years on A100s): then the lowest cost of the whole run comes
+  first, then the fastest.
 """
 
 from __future__ import annotations
 
+import datetime
 import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -81,6 +92,10 @@ class Candidate:
     unpriced: list[str] = field(default_factory=list)
     why: str = ""
     storage: dict = field(default_factory=dict)
+    block_hours: Optional[int] = None
+    """capacity_block: the length of the block bought, hours (paid in full)."""
+    estimated_price: str = ""
+    """When the node price is an estimate (another region's, an unconfirmed copy): the price's date."""
 
     @property
     def fits_memory(self) -> bool:
@@ -108,6 +123,7 @@ class Candidate:
                 "hours": round(self.hours, 1), "meets_time": self.meets_time,
                 "run_cost": None if self.run_cost is None else round(self.run_cost, 2),
                 "monthly_cost": None if self.monthly_cost is None else round(self.monthly_cost, 2),
+                "block_hours": self.block_hours, "node_price_estimate_as_of": self.estimated_price or None,
                 "within_budget": self.within_budget, "unpriced": self.unpriced, "why": self.why,
                 "failed": self.failures()}
 
@@ -241,8 +257,11 @@ def _storage(w: Workload, cloud: str, tier: str) -> dict:
     return {"root_gb": d.root_gb, "data_disk_gb": disk, "lustre": lustre}
 
 
-def _synthetic_plan(cloud: str, region: str, shape: Shape, nodes: int, purchase: str, storage: dict) -> Plan:
+def _synthetic_plan(cloud: str, region: str, shape: Shape, nodes: int, purchase: str, storage: dict,
+                    block_hours: Optional[int] = None) -> Plan:
     """The priced resources of a candidate's stack, in plan form, for the pricer."""
+    from gpu_cluster.pricing import BLOCK_HOURS_TAG
+
     res: list[dict] = [{"urn": f"urn:pulumi:r::p::pulumi:providers:{cloud}::default", "type": f"pulumi:providers:{cloud}",
                         "custom": True, "inputs": {"region": region}}]
 
@@ -255,7 +274,10 @@ def _synthetic_plan(cloud: str, region: str, shape: Shape, nodes: int, purchase:
             blockDeviceMappings=[{"deviceName": "/dev/sda1", "ebs": {"volumeSize": storage["root_gb"], "volumeType": "gp3"}}])
         for i in range(nodes):
             spot = purchase == "spot" or (purchase == "mixed" and i > 0)
-            extra = {"instanceMarketOptions": {"marketType": "spot"}} if spot else {}
+            extra: dict[str, Any] = {"instanceMarketOptions": {"marketType": "spot"}} if spot else {}
+            if purchase == "capacity_block":
+                extra = {"instanceMarketOptions": {"marketType": "capacity-block"},
+                         "tags": {BLOCK_HOURS_TAG: str(block_hours)}}
             add("aws:ec2/instance:Instance", f"node-{i}", launchTemplate={"id": "lt"}, **extra)
             if storage["data_disk_gb"]:
                 add("aws:ebs/volume:Volume", f"data-{i}", size=storage["data_disk_gb"], type="gp3")
@@ -280,15 +302,31 @@ def _synthetic_plan(cloud: str, region: str, shape: Shape, nodes: int, purchase:
     return Plan.from_doc({"version": 3, "deployment": {"resources": res}})
 
 
-def _purchases(w: Workload, cloud: str, shape: Shape, book: PriceBook) -> list[str]:
+def _purchases(w: Workload, cloud: str, shape: Shape, book: PriceBook, region: str) -> list[str]:
     from gpu_cluster.prices.catalog import spot_discount
 
     out = ["on_demand"]
+    if cloud == "aws" and region in catalog.limit("aws", "capacity_block")["offered"].get(shape.type, ()):
+        out.append("capacity_block")
     if w.criticality == "critical" or not catalog.limit(cloud, "spot"):
         return out
     if spot_discount(cloud, shape.type) or book.lookup(cloud, "instance_spot", shape.type, None):
         out.append("spot")
     return out
+
+
+def _block_pick(lo: int, hi: int, fits: Any, hours: Any, target: Optional[float]) -> Optional[tuple[int, int]]:
+    """(nodes, block hours) of the cheapest Capacity Block that meets memory and time: a node count AWS
+    sells, the shortest block that lasts the training; fewer nodes on a tie. None when no block does."""
+    from components.spec import shortest_block_hours
+
+    picks = []
+    for n in catalog.limit("aws", "capacity_block")["instance_counts"]:
+        if lo <= n <= hi and fits(n) and (target is None or hours(n) <= target):
+            length = shortest_block_hours(hours(n))
+            if length is not None:
+                picks.append((n * length, n, length))
+    return min(picks)[1:] if picks else None
 
 
 def recommend(w: Workload, book: PriceBook) -> Recommendation:
@@ -329,21 +367,31 @@ def recommend(w: Workload, book: PriceBook) -> Recommendation:
                       (w.target_hours is None or hours(n) <= w.target_hours)]
                 fits = [n for n in range(lo, hi + 1) if need(n) <= have]
                 n = ok[0] if ok else (hi if not fits or w.target_hours else fits[0])
-                for purchase in _purchases(w, cloud, shape, book):
-                    cost = price_plan(_synthetic_plan(cloud, region, shape, n, purchase, storage), book)
-                    nodes_lines = [i for i in cost.items if i.item.startswith("GPU nodes")]
+                for purchase in _purchases(w, cloud, shape, book, region):
+                    nodes, block = n, None
+                    if purchase == "capacity_block":
+                        pick = _block_pick(lo, hi, lambda k: need(k) <= have, hours, w.target_hours)
+                        if pick is None:
+                            continue
+                        nodes, block = pick
+                    cost = price_plan(_synthetic_plan(cloud, region, shape, nodes, purchase, storage, block), book)
+                    nodes_lines = [i for i in cost.items if i.item.startswith("GPU node")]
                     node_month = None if any(i.monthly is None for i in nodes_lines) else sum(
                         i.monthly for i in nodes_lines)
                     fixed = sum(i.monthly for i in cost.items if i.monthly is not None and i not in nodes_lines)
-                    c = Candidate(cloud=cloud, tier=tier, shape=shape, region=region, zone=zone, nodes=n,
-                                  purchase=purchase, gpus=n * shape.gpu_count, need_gib=need(n), have_gib=have,
-                                  hours=hours(n), cost_currency=cost.currency, node_month=node_month,
-                                  fixed_month=fixed, unpriced=[i.item for i in cost.unpriced], storage=storage,
-                                  meets_time=w.target_hours is None or hours(n) <= w.target_hours)
+                    c = Candidate(cloud=cloud, tier=tier, shape=shape, region=region, zone=zone, nodes=nodes,
+                                  purchase=purchase, gpus=nodes * shape.gpu_count, need_gib=need(nodes),
+                                  have_gib=have, hours=hours(nodes), cost_currency=cost.currency,
+                                  node_month=node_month, fixed_month=fixed, unpriced=[i.item for i in cost.unpriced],
+                                  storage=storage, block_hours=block,
+                                  estimated_price=next((i.as_of or "undated" for i in nodes_lines if i.estimate), ""),
+                                  meets_time=w.target_hours is None or hours(nodes) <= w.target_hours)
                     if node_month is not None:
-                        h = c.hours
-                        run = node_month / HOURS_PER_MONTH * h + fixed * min(h, HOURS_PER_MONTH) / HOURS_PER_MONTH
-                        month = node_month / HOURS_PER_MONTH * min(h, HOURS_PER_MONTH) + fixed
+                        # A block is paid for every hour of it; the pricer priced its first month.
+                        billed = block or c.hours
+                        hourly = node_month / (min(block, HOURS_PER_MONTH) if block else HOURS_PER_MONTH)
+                        run = hourly * billed + fixed * min(billed, HOURS_PER_MONTH) / HOURS_PER_MONTH
+                        month = hourly * min(billed, HOURS_PER_MONTH) + fixed
                         c.run_cost = rate.convert(run, cost.currency, currency)
                         c.monthly_cost = rate.convert(month, cost.currency, currency)
                         c.within_budget = c.monthly_cost <= w.budget.monthly_limit
@@ -352,9 +400,11 @@ def recommend(w: Workload, book: PriceBook) -> Recommendation:
     order = {t: i for i, t in enumerate(tiers.TIERS)}
     # Feasible first (smallest tier, then cheapest, then fastest); then the near misses: memory is the
     # hardest constraint to change, then time, then budget, then a missing price.
+    untimed = w.target_hours is None
     candidates.sort(key=lambda c: (not c.feasible, not c.fits_memory, not c.meets_time, c.within_budget is None,
-                                   c.within_budget is False, order[c.tier] if c.feasible else 0,
-                                   c.monthly_cost if c.monthly_cost is not None else math.inf, c.hours))
+                                   c.within_budget is False, order[c.tier] if c.feasible and not untimed else 0,
+                                   (c.run_cost if untimed else c.monthly_cost) if c.monthly_cost is not None
+                                   else math.inf, c.hours))
     return Recommendation(
         workload=w, tokens=tokens, flops=flops, candidates=candidates, rate=rate, currency=currency,
         sources=book.describe(),
@@ -376,12 +426,23 @@ def _why(c: Candidate, w: Workload, cur: str, gpu: dict) -> str:
     if not c.within_budget:
         return f"over budget: {c.monthly_cost:,.0f} {cur}/month > {w.budget.monthly_limit:,.0f}"
     extra = f"; excludes unpriced {', '.join(sorted(set(c.unpriced)))}" if c.unpriced else ""
+    if c.block_hours:
+        extra += (f"; a {c.block_hours}-h Capacity Block, paid in full, {c.block_hours - c.hours:,.1f} h to spare "
+                  f"before it ends")
+    if c.estimated_price:
+        extra += f"; the node price is an estimate (as of {c.estimated_price})"
     return (f"fits ({mem}), {c.hours:,.0f} h"
             + (f" ≤ {w.target_hours:g}" if w.target_hours else "")
             + f", {c.monthly_cost:,.0f} ≤ {w.budget.monthly_limit:,.0f} {cur}/month{extra}")
 
 
-def stack_document(rec: Recommendation, c: Candidate, emails: tuple[str, ...]) -> dict[str, Any]:
+BLOCK_START_DAYS = 7
+"""A written Capacity Block starts a week after the recommendation: time to review the pull request
+before `pulumi up` buys it (it cannot be cancelled); the stack file says to change it."""
+
+
+def stack_document(rec: Recommendation, c: Candidate, emails: tuple[str, ...],
+                   today: Optional[datetime.date] = None) -> dict[str, Any]:
     """The top pick as a stack file's document (validated with load_spec before it is returned)."""
     from components.spec import load_spec
 
@@ -393,12 +454,20 @@ def stack_document(rec: Recommendation, c: Candidate, emails: tuple[str, ...]) -
         limit, currency = rec.rate.convert(limit, currency, allowed[0]), allowed[0]
     storage: dict[str, Any] = {"root_gb": c.storage["root_gb"], "data_disk_gb": c.storage["data_disk_gb"],
                                "lustre": c.storage["lustre"], "checkpoint_bucket": True}
-    cluster = {
+    cluster: dict[str, Any] = {
         "name": w.name, "cloud": c.cloud, "zone": c.zone, "tier": c.tier, "nodes": c.nodes,
         "criticality": w.criticality, "purchase": c.purchase, "instance_type": c.shape.type,
+    }
+    if c.purchase == "capacity_block":
+        # Step one of two: `pulumi up` buys the block; the nodes launch once it starts (README).
+        start = (today or datetime.datetime.now(datetime.timezone.utc).date()) + datetime.timedelta(days=BLOCK_START_DAYS)
+        cluster["purchase"] = "on_demand"
+        cluster["capacity"] = {"type": "capacity_block", "start_date": start.isoformat(),
+                               "duration_hours": c.block_hours}
+    cluster.update({
         "storage": storage,
         "budget": {"monthly_limit": round(limit, 2), "currency": currency, "emails": list(emails)},
         "tags": {"workload": w.name},
-    }
+    })
     load_spec(cluster, {c.cloud: c.region})
     return {"config": {f"{c.cloud}:region": c.region, "gpu-cluster:cluster": cluster}}

@@ -58,19 +58,65 @@ def test_startup_scenario_gets_a_stack_that_renders_clean_within_budget(tmp_path
     assert [v for v in report["violations"] if v["enforcement"] == "mandatory"] == []
 
 
-def test_the_issue_seed_as_written_does_not_fit_and_says_why(capsys):
-    """14B full fine-tune, 3 epochs of 50 GB: ≈ 3.15e21 FLOPs, ≈ 2,200 H100-hours at 40 % MFU — more than
-    100,000 CNY at AWS list prices; Tencent's H20 nodes would meet the time but have no public price."""
-    status = cli.main(["recommend", str(EXAMPLES / "startup-seed.yaml")])
-    text = capsys.readouterr().out
-    assert status == 1
-    assert "no candidate fits memory, time and budget" in text
-    assert "budget: the cheapest candidate that meets memory and time, 3 × p5.48xlarge" in text
-    assert "HCCPNV6.96XLARGE2304" in text and "have no price" in text
-    status, out = run_json(capsys, str(EXAMPLES / "startup-seed.yaml"))
-    assert status == 1 and out["recommendation"] is None
+def test_the_issue_seed_gets_a_capacity_block_within_budget_that_renders_clean(tmp_path, capsys):
+    """14B full fine-tune, 3 epochs of 50 GB: ≈ 3.15e21 FLOPs, ≈ 2,200 H100-hours at 40 % MFU. On demand
+    that is more than 100,000 CNY at AWS list prices; a 72-h Capacity Block of 4 × p5.48xlarge is not."""
+    stack = tmp_path / "Pulumi.seed.yaml"
+    status, out = run_json(capsys, str(EXAMPLES / "startup-seed.yaml"), "--write-stack", str(stack))
+    assert status == 0
     assert out["training"]["flops"] == pytest.approx(6 * 14e9 * 50e9 / 4 * 3)
+    top = out["recommendation"]
+    assert (top["cloud"], top["tier"], top["shape"], top["purchase"]) == ("aws", "large", "p5.48xlarge", "capacity_block")
+    assert top["nodes"] in catalog.limit("aws", "capacity_block")["instance_counts"]
+    assert top["hours"] <= top["block_hours"] <= 100 and top["monthly_cost"] <= 100000
+    block_price = catalog.prices("aws")["capacity_block_hour"]["p5.48xlarge"]["price"]
+    assert top["run_cost"] >= top["nodes"] * top["block_hours"] * block_price * USD_CNY, "the whole block is paid"
+    assert "Capacity Block, paid in full" in top["why"]
+    on_demand = next(c for c in out["candidates"] if c["shape"] == "p5.48xlarge" and c["purchase"] == "on_demand")
+    assert on_demand["within_budget"] is False and on_demand["monthly_cost"] > 100000
+    text = stack.read_text()
+    assert "step one of two" in text and "capacity_reservation_id" in text
+    cluster = yaml.safe_load(text)["config"]["gpu-cluster:cluster"]
+    assert cluster["purchase"] == "on_demand" and cluster["capacity"]["type"] == "capacity_block"
+    assert cluster["capacity"]["duration_hours"] == top["block_hours"]
+    assert cli.main(["plan", "--stack-file", str(stack), "--out", str(tmp_path / "plans")]) == 0
+    report = json.loads((tmp_path / "plans" / "seed.report.json").read_text())
+    assert [v for v in report["violations"] if v["enforcement"] == "mandatory"] == []
+    assert report["monthly_cost"]["currency"] == "USD" and report["monthly_cost"]["total"] <= 100000 / USD_CNY
+
+
+def test_a_seed_budget_too_small_for_any_candidate_says_which_constraint_and_what_fits(tmp_path, capsys):
+    w = tmp_path / "w.yaml"
+    w.write_text((EXAMPLES / "startup-seed.yaml").read_text().replace("monthly_limit: 100000", "monthly_limit: 60000"))
+    status = cli.main(["recommend", str(w)])
+    text = capsys.readouterr().out
+    assert status == 1 and "no candidate fits memory, time and budget" in text
+    assert "budget: the cheapest candidate that meets memory and time, 4 × p5.48xlarge" in text
+    assert "HCCPNV6.96XLARGE2304" in text and "have no price" in text
+    status, out = run_json(capsys, str(w))
+    assert status == 1 and out["recommendation"] is None
     assert any(line.startswith("budget:") for line in out["what_would_fit"])
+
+
+@pytest.mark.parametrize("hours,block", [(0.5, 24), (24, 24), (24.01, 48), (69.1, 72), (336, 336), (336.5, 504),
+                                         (4368, 4368), (4368.1, None)])
+def test_a_block_is_the_shortest_length_aws_sells_that_lasts_the_training(hours, block):
+    from components.spec import shortest_block_hours
+
+    assert shortest_block_hours(hours) == block
+
+
+def test_capacity_blocks_are_offered_only_where_aws_sells_them():
+    from gpu_cluster.recommend import _purchases
+
+    w = load(EXAMPLES / "startup-seed.yaml")
+    book = catalog_book()
+    p5, g5 = catalog.shape("aws", "p5.48xlarge"), catalog.shape("aws", "g5.xlarge")
+    assert "capacity_block" in _purchases(w, "aws", p5, book, "us-east-1")
+    assert "capacity_block" not in _purchases(w, "aws", p5, book, "eu-west-1")
+    assert "capacity_block" not in _purchases(w, "aws", g5, book, "us-east-1")
+    hcc = catalog.shape("tencentcloud", "HCCPNV6.96XLARGE2304")
+    assert "capacity_block" not in _purchases(w, "tencentcloud", hcc, book, "ap-shanghai")
 
 
 def test_a_7b_lora_fine_tune_lands_on_the_entry_tier(capsys):
@@ -86,7 +132,9 @@ def test_a_70b_pre_training_run_lands_on_multi_node_large(capsys):
     status, out = run_json(capsys, str(EXAMPLES / "pretrain-70b.yaml"))
     assert status == 0
     top = out["recommendation"]
-    assert top["tier"] == "large" and top["nodes"] > 1 and top["purchase"] == "on_demand"
+    assert top["tier"] == "large" and top["nodes"] > 1 and top["purchase"] in ("on_demand", "capacity_block")
+    large = [c for c in out["candidates"] if c["tier"] == "large" and not c["failed"]]
+    assert top["monthly_cost"] == min(c["monthly_cost"] for c in large), "the cheapest feasible large cluster"
     mids = [c for c in out["candidates"] if c["tier"] == "mid"]
     assert mids and all("time" in c["failed"] or "memory" in c["failed"] for c in mids)
 
@@ -163,3 +211,18 @@ def test_regions_restrict_where_candidates_go(capsys, tmp_path):
     assert status == 0 and {c["region"] for c in out["candidates"]} == {"us-west-2"}
     assert out["recommendation"]["zone"] == "us-west-2a"
     assert all(catalog.sold_in(catalog.shape("aws", c["shape"]), "us-west-2") for c in out["candidates"])
+
+
+def test_without_a_target_the_cheapest_whole_run_wins_not_the_slowest_small_tier(tmp_path, capsys):
+    """No deadline: the smallest tier would win with a run of years; the run's total cost decides."""
+    w = tmp_path / "w.yaml"
+    w.write_text("workload: {name: untimed, model_params: 70e9, method: pretrain, tokens: 2e12, "
+                 "budget: {monthly_limit: 5000000, currency: USD}, clouds: [aws], criticality: critical, "
+                 "multi_node: true}\n")
+    status, out = run_json(capsys, str(w))
+    assert status == 0
+    feasible = [c for c in out["candidates"] if not c["failed"]]
+    assert {c["tier"] for c in feasible} >= {"mid", "large"}
+    top = out["recommendation"]
+    assert top["run_cost"] == min(c["run_cost"] for c in feasible)
+    assert top["tier"] == "large" and top["hours"] < min(c["hours"] for c in feasible if c["tier"] == "mid")

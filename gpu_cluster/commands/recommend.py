@@ -74,9 +74,14 @@ def run(args: argparse.Namespace) -> int:
                   f"{top.monthly_cost:,.0f} {rec.currency}/month in the month of the run.\n"
                   f"# Exchange rate: {rec.rate.label}.\n"
                   + (f"# Replace the placeholder budget e-mail {PLACEHOLDER_EMAIL}.\n" if not args.email else "")
+                  + (f"# A {top.block_hours}-h EC2 Capacity Block, step one of two: set capacity.start_date to the day it "
+                     f"should start (within 8 weeks); `pulumi up` buys it, paid up front and not refundable, and "
+                     f"launches no node. On its start day set capacity.reservation_id to the stack output "
+                     f"capacity_reservation_id and `pulumi up` again. The block ends at its end time: checkpoint.\n"
+                     if top.block_hours else "")
                   + (f"# The GPU nodes cost more than the budget if left running all month ({top.node_month:,.0f} "
                      f"{top.cost_currency} for 730 h): stop or destroy them when the run ends.\n"
-                     if top.hours < 730 and rec.rate.convert(top.node_month or 0, top.cost_currency, rec.currency)
+                     if not top.block_hours and top.hours < 730 and rec.rate.convert(top.node_month or 0, top.cost_currency, rec.currency)
                      > w.budget.monthly_limit else ""))
         files.write_text(path, header + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True), "--write-stack")
         written = path
