@@ -234,10 +234,11 @@ def to_stack_export(rendered: Rendered) -> dict[str, Any]:
             "outputs": _jsonable(reg.outputs if reg.custom else rendered.component_outputs.get(reg.urn, {})),
             "parent": reg.parent or stack_urn,
             "protect": reg.protect,
-            "dependencies": reg.dependencies,
+            # The SDK gathers dependencies in sets, whose order changes with each process's hash seed.
+            "dependencies": sorted(reg.dependencies),
         }
         if reg.property_dependencies:
-            entry["propertyDependencies"] = reg.property_dependencies
+            entry["propertyDependencies"] = {k: sorted(v) for k, v in sorted(reg.property_dependencies.items())}
         if reg.custom:
             entry["id"] = reg.id
             entry["provider"] = provider_ref

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -137,3 +138,35 @@ def test_make_reads_without_running_anything(tmp_path):
     marker = tmp_path / "injected"
     _make("review", f"BASE=HEAD; touch {marker}")
     assert not marker.exists()
+
+
+def _without_time(path: Path) -> dict:
+    doc = json.loads(path.read_text())
+    doc["deployment"]["manifest"].pop("time")
+    return doc
+
+
+def test_several_stacks_render_in_worker_processes_to_the_same_plans_as_one_by_one(tmp_path):
+    """`plan --jobs 2` forks a worker per stack; the plans and reports equal a sequential run's, under
+    another hash seed too (the SDK gathers dependencies in sets; the plan sorts them), and a bad stack
+    among good ones is reported by name while the others are written."""
+    bad = tmp_path / "Pulumi.bad.yaml"
+    bad.write_text(BAD_STACK)
+    args = ("plan", "--stack", "aws-entry", "--stack-file", str(bad), "--stack", "tencent-entry")
+    together = _run_cli(*args, "--jobs", "2", "--out", str(tmp_path / "together"))
+    alone = subprocess.run([sys.executable, "-m", "gpu_cluster", *args, "--jobs", "1", "--out", str(tmp_path / "alone")],
+                           cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONHASHSEED": "7"})
+    for result in (together, alone):
+        assert result.returncode == 2 and f"{bad}: " in result.stderr and "cluster.nodes=0" in result.stderr
+        assert "Traceback" not in result.stderr
+    for stack in ("aws-entry", "tencent-entry"):
+        assert _without_time(tmp_path / "together" / f"{stack}.json") == _without_time(tmp_path / "alone" / f"{stack}.json")
+        assert (tmp_path / "together" / f"{stack}.report.json").read_text() == (
+            tmp_path / "alone" / f"{stack}.report.json").read_text()
+    assert not (tmp_path / "together" / "bad.json").exists()
+    assert together.stdout.index("aws-entry") < together.stdout.index("tencent-entry"), "rows in the given order"
+
+
+def test_jobs_below_one_is_refused_in_one_sentence(tmp_path):
+    result = _run_cli("plan", "--stack", "aws-entry", "--jobs", "0", "--out", str(tmp_path))
+    assert result.returncode == 2 and "--jobs 0: allowed: 1 or more" in result.stderr
