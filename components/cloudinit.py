@@ -31,6 +31,12 @@ MD_DEVICE = "/dev/md/scratch"
 DATA_WAIT_SECONDS = 900
 """How long the data-disk service waits for its disk: the disk is attached after the node runs."""
 
+REBOOT_PENDING = "/run/gpu-cluster/reboot-pending"
+"""Present when a boot step has arranged a reboot for when cloud-init is done (the AWS Lustre client
+boots a kernel it has a client for); /run is a tmpfs, so it is gone after the reboot. Later steps skip
+their waits for what only the reboot brings."""
+
+
 def bash_script(name: str, purpose: str, body: str) -> str:
     """A boot script: strict mode, its name, and `fail` — the one way a step reports what went wrong."""
     return (f"#!/bin/bash\n# {purpose} (written by gpu-cluster).\nset -euo pipefail\nNAME={name}\n"
@@ -227,6 +233,8 @@ class LustreMount:
     client_script: str
     """A bash script that makes the `lustre` kernel module available (runs before the first mount)."""
     options: str = "relatime,flock,_netdev,x-systemd.automount,x-systemd.requires=network-online.target"
+    files: tuple[dict, ...] = ()
+    """write_files entries the client install needs (e.g. a systemd unit it starts)."""
 
 
 @dataclass(frozen=True)
@@ -327,6 +335,7 @@ def _files(boot: BootConfig) -> list[dict]:
                         timeout=str(DATA_WAIT_SECONDS + 60))]
     if boot.lustre is not None:
         files.append(_script(f"{SBIN}/gpu-cluster-lustre-client", boot.lustre.client_script))
+        files += list(boot.lustre.files)
     files += [_script(f"{SBIN}/{step.name}", step.script) for step in boot.steps]
     return files + list(boot.files)
 

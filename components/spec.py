@@ -342,8 +342,8 @@ class ClusterSpec(_Model):
     capacity: Capacity = Field(default_factory=Capacity, description="See capacity.*.")
     scheduler: Scheduler = Field(
         default="slurm",
-        description="slurm: a head node runs slurmctld and every GPU node slurmd (the default for every tier); "
-        "none: no scheduler.")
+        description="slurm: a head node runs slurmctld and every GPU node slurmd (the default, except on tencentcloud "
+        "without image_id: the Slurm boot needs Ubuntu 24.04, and there it is none); none: no scheduler.")
     tags: dict[StrictStr, StrictStr] = Field(
         default_factory=dict, description="Extra tags on every taggable resource (each cloud's tag rules apply)."
     )
@@ -541,6 +541,12 @@ def _resolve(spec: ClusterSpec, regions: Mapping[str, Optional[str]]) -> Cluster
 
     local_disks = cloud == "tencentcloud" and shape.has_nvme
     problems += stop_problems(spec, shape)
+    slurm_by_default = cloud != "tencentcloud" or spec.image_id is not None
+    if spec.scheduler == "slurm" and not slurm_by_default and "scheduler" in spec.model_fields_set:
+        problems.append("cluster.scheduler='slurm' on tencentcloud needs cluster.image_id: the Slurm boot installs "
+                        "Ubuntu's packages (slurmctld, slurmd, python3-venv), which dnf on the default TencentOS "
+                        "Server 3.1 image cannot install; allowed: image_id set to an Ubuntu 24.04 image with the "
+                        "NVIDIA driver, or scheduler: none")
 
     if problems:
         raise SpecError(problems)
@@ -560,6 +566,12 @@ def _resolve(spec: ClusterSpec, regions: Mapping[str, Optional[str]]) -> Cluster
         idle_stop = IdleStop(gpu_util_below_pct=DEFAULT_IDLE_PCT, for_minutes=DEFAULT_IDLE_MINUTES)
         notes.append(f"idle_stop: on by default for this experimental on-demand cluster (GPUs below "
                      f"{DEFAULT_IDLE_PCT} % for {DEFAULT_IDLE_MINUTES} min stop the node); idle_stop: null turns it off")
+    scheduler = spec.scheduler
+    if "scheduler" not in spec.model_fields_set and not slurm_by_default:
+        scheduler = "none"
+        notes.append("scheduler: none by default on tencentcloud's default image: the Slurm boot installs Ubuntu's "
+                     "packages, which TencentOS Server 3.1 cannot; for Slurm set image_id to an Ubuntu 24.04 image "
+                     "with the NVIDIA driver and scheduler: slurm")
     network = spec.network
     if cloud == "tencentcloud" and network.egress_mbps is None:
         network = network.model_copy(update={"egress_mbps": catalog.limit("tencentcloud", "egress_mbps")["default"]})
@@ -567,6 +579,7 @@ def _resolve(spec: ClusterSpec, regions: Mapping[str, Optional[str]]) -> Cluster
         "instance_type": shape.type,
         "network": network,
         "idle_stop": idle_stop,
+        "scheduler": scheduler,
         "storage": storage.model_copy(update={
             "root_gb": d.root_gb if storage.root_gb is None else storage.root_gb,
             "scratch": scratch,

@@ -46,6 +46,33 @@ def render_plan(stack: str, changes: Optional[dict] = None, config: Optional[dic
     return Plan.from_doc(render(stack_with(stack, changes, config)).plan())
 
 
+TENCENT_UBUNTU_IMAGE = "img-u2404gpu"
+"""A stand-in for the id of a user's Ubuntu 24.04 GPU image: on Tencent Cloud Slurm needs one (the
+default TencentOS image cannot install Ubuntu's Slurm packages), so Slurm there is tested with it."""
+
+
+def slurm_stack_with(stack: str, changes: Optional[dict] = None, config: Optional[dict] = None) -> StackFile:
+    """Sample stack `stack` with Slurm: as it is on AWS; on Tencent Cloud with an Ubuntu image id."""
+    if stack.startswith("tencent"):
+        changes = merge({"image_id": TENCENT_UBUNTU_IMAGE, "scheduler": "slurm"}, changes or {})
+    return stack_with(stack, changes, config)
+
+
+_SLURM_CACHE: dict[str, Plan] = {}
+
+
+@pytest.fixture
+def slurm_plan() -> Callable[[str], Plan]:
+    """The Plan of a sample stack with Slurm (slurm_stack_with), rendered once per test session."""
+
+    def get(stack: str) -> Plan:
+        if stack not in _SLURM_CACHE:
+            _SLURM_CACHE[stack] = Plan.from_doc(render(slurm_stack_with(stack)).plan())
+        return _SLURM_CACHE[stack]
+
+    return get
+
+
 @pytest.fixture
 def render_cluster() -> Callable[..., Plan]:
     """render_cluster("aws-large", {"nodes": 4}) → the Plan of that variant."""

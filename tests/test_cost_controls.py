@@ -311,8 +311,8 @@ def test_an_odcr_is_targeted_in_the_placement_group(render_cluster):
 
 # ---- Tencent Cloud -------------------------------------------------------------------------------
 
-def test_tencent_controls_are_one_function_with_timer_triggers(sample_plan):
-    plan = sample_plan("tencent-scheduled")
+def test_tencent_controls_are_one_function_with_timer_triggers(slurm_plan):
+    plan = slurm_plan("tencent-scheduled")
     fn = plan.one(SCF).inputs
     assert (fn["runtime"], fn["handler"]) == ("Python3.9", "index.main")
     assert fn["enablePublicNet"] is True  # no VPC: the API endpoints are on the public network
@@ -332,8 +332,8 @@ def test_tencent_controls_are_one_function_with_timer_triggers(sample_plan):
     assert datetime.datetime(2027, 1, 1, tzinfo=zone).utcoffset() == datetime.timedelta(hours=8)
 
 
-def test_tencent_function_role_may_only_touch_the_cluster_nodes(sample_plan):
-    plan = sample_plan("tencent-scheduled")
+def test_tencent_function_role_may_only_touch_the_cluster_nodes(slurm_plan):
+    plan = slurm_plan("tencent-scheduled")
     [role] = [r for r in plan.of_type(CAM_ROLE) if r.name.endswith("-cost-controls-role")]
     trust = json.loads(role.inputs["document"])
     assert trust["statement"][0]["principal"] == {"service": ["scf.qcloud.com"]}

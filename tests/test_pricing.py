@@ -152,20 +152,27 @@ def test_aws_sample_stacks_price_as_computed_by_hand(sample_plan, stack):
 
 
 # Tencent in CNY: international-site USD prices × the catalog rate, CFS Turbo in CNY. What no public
-# page prices stays unpriced: the GT4 and HCC GPU nodes and the HCC local system disks, and the Slurm
-# head node's S5 shape (its 50 GB system disk and 20 GB state disk are priced).
+# page prices stays unpriced: the GT4 and HCC GPU nodes and the HCC local system disks. The samples run
+# the default TencentOS image, hence no Slurm head node (its pricing is tested below).
 # The standard NAT gateway the program creates has no public price (the page lists traditional ones).
 HEAD_DISKS = HSSD * (50 + 20) * USD_CNY
 TC_TOTALS = {
-    "tencent-entry": (GN7 * 730 + HSSD * (100 + 200)) * USD_CNY + HEAD_DISKS,
-    "tencent-mid": HSSD * (2 * 200 + 2 * 1000 + 2 * 1000) * USD_CNY + 20480 * CFS_TP + HEAD_DISKS,
-    "tencent-large": HSSD * (2 * 500 + 2 * 2000) * USD_CNY + 40960 * CFS_TB + HEAD_DISKS,
+    "tencent-entry": (GN7 * 730 + HSSD * (100 + 200)) * USD_CNY,
+    "tencent-mid": HSSD * (2 * 200 + 2 * 1000 + 2 * 1000) * USD_CNY + 20480 * CFS_TP,
+    "tencent-large": HSSD * (2 * 500 + 2 * 2000) * USD_CNY + 40960 * CFS_TB,
 }
 TC_UNPRICED = {
-    "tencent-entry": ["NAT gateway (standard)", "head node 1 × S5.LARGE8"],
-    "tencent-mid": ["GPU nodes 1 × GT4.20XLARGE474"] * 2 + ["NAT gateway (standard)", "head node 1 × S5.LARGE8"],
-    "tencent-large": ["GPU nodes 1 × HCCPNV6.96XLARGE2304"] * 2 + ["NAT gateway (standard)", "head node 1 × S5.LARGE8"],
+    "tencent-entry": ["NAT gateway (standard)"],
+    "tencent-mid": ["GPU nodes 1 × GT4.20XLARGE474"] * 2 + ["NAT gateway (standard)"],
+    "tencent-large": ["GPU nodes 1 × HCCPNV6.96XLARGE2304"] * 2 + ["NAT gateway (standard)"],
 }
+
+
+def test_tencent_slurm_head_node_prices_its_disks_and_leaves_its_shape_unpriced(sample_plan, slurm_plan):
+    """The head node's 50 GB system and 20 GB state disks are priced; Standard S5 has no public price."""
+    without, with_head = price_plan(sample_plan("tencent-entry")), price_plan(slurm_plan("tencent-entry"))
+    assert with_head.total - without.total == pytest.approx(HEAD_DISKS, abs=0.5)
+    assert sorted(i.item for i in with_head.unpriced) == sorted(TC_UNPRICED["tencent-entry"] + ["head node 1 × S5.LARGE8"])
 
 
 @pytest.mark.parametrize("stack", sorted(TC_TOTALS))

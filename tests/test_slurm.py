@@ -103,6 +103,17 @@ def test_slurm_conf_keys_that_make_the_design_work():
         "CgroupPlugin=cgroup/v2", "ConstrainCores=yes", "ConstrainDevices=yes", "ConstrainRAMSpace=no"]
 
 
+@pytest.mark.parametrize("stack", SAMPLES)
+def test_node_lines_declare_memory_below_what_the_shape_reports(stack):
+    """Without RealMemory Slurm takes 1 MB and refuses any job that asks for memory; above what the
+    kernel reports the node would be refused at registration."""
+    c = sample(stack)
+    for n in conf_nodes(slurm_conf(c)):
+        mib = int(n["RealMemory"])
+        assert 1024 < mib <= c.shape.mem_gib * 1024 * 0.9, (stack, mib, c.shape.mem_gib)
+        assert mib >= c.shape.mem_gib * 1024 * 0.85
+
+
 def test_hostlist_and_inputs_are_checked():
     assert hostlist("c-node-", [0, 1, 2, 5, 7, 8]) == "c-node-[0-2,5,7-8]"
     assert gres_conf(cluster(shape=catalog.shape("aws", "g4dn.xlarge"), nodes=1)).endswith("File=/dev/nvidia0\n")
@@ -253,12 +264,76 @@ def test_health_passes_on_a_healthy_node_and_publishes_1(node):
 @pytest.mark.parametrize("state, reason", [
     ({"gpus": 7}, "expected 8 GPUs, nvidia-smi lists 7"),
     ({"nvlinks": 0}, "GPU 0 has no active NVLink link"),
-    ({"fabricmanager": "inactive"}, "nvidia-fabricmanager is not running"),
+    ({"fabricmanager": "inactive"}, "nvidia-fabricmanager is inactive, not active"),
+    ({"fabricmanager": "failed"}, "nvidia-fabricmanager is failed, not active"),
 ])
 def test_health_fails_with_the_reason(node, state, reason):
     r, status = _health(node, **state)
     assert r.returncode == 1 and status.startswith("FAIL\n") and reason in status, status + r.stderr
     assert (node[2] / "metrics.log").read_text().startswith("NodeHealthy 0 ")
+
+
+def test_health_waits_for_a_fabric_manager_still_starting(node):
+    r, status = _health(node, fabricmanager="activating-then-active")
+    assert r.returncode == 0 and status == "PASS\n", r.stderr
+    assert "nvidia-fabricmanager active" in r.stdout
+
+
+def _autofs_stat(node, directory: str) -> None:
+    """`stat -f` answers autofs for `directory`: systemd's automount placeholder whose file system
+    did not mount (mountpoint still says yes)."""
+    bin_dir = Path(node[1]["PATH"].split(":")[0])
+    (bin_dir / "stat").write_text(f'#!/bin/bash\nif [ "${{!#}}" = {directory}/. ]; then echo autofs; exit 0; fi\n'
+                                  'exec /usr/bin/stat "$@"\n')
+    (bin_dir / "stat").chmod(0o755)
+
+
+def test_an_automount_placeholder_is_not_a_mounted_lustre(node):
+    c = node[0]
+    _autofs_stat(node, c.paths.lustre)
+    wait = scripts.MOUNT_WAIT_S
+    try:
+        scripts.MOUNT_WAIT_S = 1
+        r, status = _health(node)
+    finally:
+        scripts.MOUNT_WAIT_S = wait
+    assert r.returncode == 1 and f"{c.paths.lustre} is not mounted" in status, status
+    assert (node[2] / "fio.log").read_text().count("--rw=randread") == 1, "fio on /scratch only"
+
+
+def test_head_setup_starts_slurmctld_without_a_lustre_that_cannot_mount(node):
+    """The shared directories on /lustre are optional for the head: an automount that fails leaves
+    head-setup successful (slurmctld Requires= it) and the directories uncreated."""
+    c, env, st, root = node
+    _autofs_stat(node, c.paths.lustre)
+    Path(c.paths.munge_key).parent.mkdir(parents=True, exist_ok=True)
+    script = scripts.head_setup_script(c, wait_mounts=[]).replace(
+        f"MOUNT_WAIT_S='{scripts.MOUNT_WAIT_S}'", "MOUNT_WAIT_S='1'")
+    (root / "bin").mkdir(exist_ok=True)
+    (root / "bin/munge-key").write_text("#!/bin/bash\nexit 0\n")
+    (root / "bin/munge-key").chmod(0o755)
+    script = script.replace(f"BIN='{c.paths.bin}'", f"BIN='{root}/bin'").replace("SLURM_USER='slurm'", "SLURM_USER='root'")
+    r = _run(root / "head-setup", script, env)
+    assert r.returncode == 0, r.stderr
+    assert "slurmctld starts without the shared directories" in r.stderr
+    assert not (Path(c.paths.lustre) / "home").exists()
+
+
+def test_a_failed_check_is_rerun_by_the_timer_until_it_passes(node):
+    """health-recheck (a systemd timer on every GPU node) runs node-health again while the result
+    is FAIL; on PASS it leaves the node alone."""
+    c, env, st, root = node
+    r, status = _health(node, gpus=7)
+    assert status.startswith("FAIL")
+    write_state(st, gpus=8)
+    recheck = _run(root / "bin/health-recheck", scripts.health_recheck_script(c).replace(
+        f"BIN='{c.paths.bin}'", f"BIN='{root}/bin'"), env)
+    assert recheck.returncode == 0 and "passes now" in recheck.stdout, recheck.stderr
+    assert Path(c.paths.health_status_file).read_text() == "PASS\n"
+    before = (st / "metrics.log").read_text()
+    again = _run(root / "bin/health-recheck", scripts.health_recheck_script(c).replace(
+        f"BIN='{c.paths.bin}'", f"BIN='{root}/bin'"), env)
+    assert again.returncode == 0 and (st / "metrics.log").read_text() == before, "PASS: nothing re-run"
 
 
 def test_health_counts_efa_devices_and_mounts(node):

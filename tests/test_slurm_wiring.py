@@ -1,5 +1,5 @@
-"""Slurm wired into both clouds (scheduler: slurm, the default): the head node, the munge-key secret that
-no plan holds a value of, the GPU nodes' Slurm boot, the roles, the security group, the alarms and
+"""Slurm wired into both clouds (scheduler: slurm; on Tencent Cloud with an Ubuntu image, which Slurm needs
+there): the head node, the munge-key secret that no plan holds a value of, the GPU nodes' Slurm boot, the roles, the security group, the alarms and
 scheduler: none taking it all away. Every plan is the real program rendered under the mocks."""
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import yaml
 from components.cloudinit import USER_DATA_LIMIT, decode, encode, size_problem
 from components.headnode import HEAD_INSTANCE_TYPES, HEAD_HOST_OFFSET, head_address
 from components.slurm.conf import SLURMCTLD_PORT
-from conftest import gpu_nodes, head_node, render_plan, stack_with
+from conftest import gpu_nodes, head_node, render_plan, slurm_stack_with
+from conftest import stack_with as stack_with_cluster
 from gpu_cluster.plan import Plan
 from gpu_cluster.policyrun import run_policies
 from gpu_cluster.render import SAMPLE_STACKS, render
@@ -91,7 +92,7 @@ def keylike(doc: dict) -> set[str]:
 
 @pytest.mark.parametrize("stack", SAMPLE_STACKS)
 def test_every_sample_stack_has_one_head_node_and_a_munge_secret_with_no_value(stack):
-    rendered = render(stack_with(stack))
+    rendered = render(slurm_stack_with(stack))
     doc = rendered.plan()
     plan = Plan.from_doc(doc)
     head = head_node(plan, instance_type(stack))
@@ -110,12 +111,12 @@ def test_every_sample_stack_has_one_head_node_and_a_munge_secret_with_no_value(s
 
 def test_the_key_search_finds_a_key_where_there_is_one():
     """The search above is not vacuous: a munge key in a resource, or inside a node's user data, is found."""
-    doc = render(stack_with("aws-entry")).plan()
+    doc = render(slurm_stack_with("aws-entry")).plan()
     key = "q3Zr0Xy+4kV9mPbT2wLc8NfHs1JdGe7uYaQ5tRoIzWx6vBnMlKjCiEhUgSpOy0A="  # 46 base64 characters
     secret = next(r for r in doc["deployment"]["resources"] if r["type"] == AWS_SECRET)
     secret["inputs"]["description"] = key
     assert keylike(doc) == {key}
-    doc = render(stack_with("tencent-entry")).plan()
+    doc = render(slurm_stack_with("tencent-entry")).plan()
     node = next(r for r in doc["deployment"]["resources"] if r["type"] == TC_INSTANCE)
     node["inputs"]["userData"] = encode(decode(node["inputs"]["userData"]) + f"# {key}\n")
     assert keylike(doc) == {key}
@@ -124,8 +125,8 @@ def test_the_key_search_finds_a_key_where_there_is_one():
 # ---- Slurm configuration, as the head node boots with it --------------------------------------------
 
 @pytest.mark.parametrize("stack", ["aws-large", "tencent-large"])
-def test_a_two_node_large_plan_declares_16_gpus_as_gres(stack, sample_plan):
-    plan = sample_plan(stack)
+def test_a_two_node_large_plan_declares_16_gpus_as_gres(stack, slurm_plan):
+    plan = slurm_plan(stack)
     head_files = files(user_data(head_node(plan, instance_type(stack))))
     conf, gres = head_files["/etc/slurm/slurm.conf"], head_files["/etc/slurm/gres.conf"]
     declared = 0
@@ -144,8 +145,8 @@ def test_a_two_node_large_plan_declares_16_gpus_as_gres(stack, sample_plan):
 
 
 @pytest.mark.parametrize("stack", ["aws-large", "tencent-large", "aws-entry", "tencent-entry"])
-def test_every_gpu_node_boots_configless_slurmd_pointed_at_the_head_node(stack, sample_plan):
-    plan = sample_plan(stack)
+def test_every_gpu_node_boots_configless_slurmd_pointed_at_the_head_node(stack, slurm_plan):
+    plan = slurm_plan(stack)
     address = plan.stack.outputs["head_address"]
     head = head_node(plan, instance_type(stack))
     assert head.inputs["privateIp"] == address
@@ -163,8 +164,8 @@ def test_every_gpu_node_boots_configless_slurmd_pointed_at_the_head_node(stack, 
         assert head.urn in node.dependencies
 
 
-def test_aws_nodes_can_read_their_index_tag_from_the_instance_metadata(sample_plan):
-    plan = sample_plan("aws-large")
+def test_aws_nodes_can_read_their_index_tag_from_the_instance_metadata(slurm_plan):
+    plan = slurm_plan("aws-large")
     assert plan.one(LT).inputs["metadataOptions"]["instanceMetadataTags"] == "enabled"
     for i, node in enumerate(sorted(gpu_nodes(plan, AWS_INSTANCE), key=lambda r: r.name)):
         assert node.inputs["metadataOptions"]["instanceMetadataTags"] == "enabled"
@@ -173,8 +174,8 @@ def test_aws_nodes_can_read_their_index_tag_from_the_instance_metadata(sample_pl
 
 # ---- the head node ----------------------------------------------------------------------------------
 
-def test_aws_head_node_is_private_imdsv2_encrypted_in_the_cluster_subnet(sample_plan):
-    plan = sample_plan("aws-large")
+def test_aws_head_node_is_private_imdsv2_encrypted_in_the_cluster_subnet(slurm_plan):
+    plan = slurm_plan("aws-large")
     head = head_node(plan, AWS_INSTANCE).inputs
     subnet = next(r for r in plan.of_type("aws:ec2/subnet:Subnet") if r.name.endswith("-network-subnet"))
     sg = next(r for r in plan.of_type("aws:ec2/securityGroup:SecurityGroup") if r.name.endswith("-network-nodes"))
@@ -186,11 +187,11 @@ def test_aws_head_node_is_private_imdsv2_encrypted_in_the_cluster_subnet(sample_
     assert ipaddress.ip_address(head["privateIp"]) in ipaddress.ip_network(subnet.inputs["cidrBlock"])
     assert head["disableApiTermination"] is True  # critical
     assert head["userDataReplaceOnChange"] is True
-    assert (sample_plan("aws-entry").stack.outputs["head_address"], ) == ("10.41.0.10",)
+    assert (slurm_plan("aws-entry").stack.outputs["head_address"], ) == ("10.41.0.10",)
 
 
-def test_tencent_head_node_is_private_in_the_cluster_subnet_with_its_role(sample_plan):
-    plan = sample_plan("tencent-large")
+def test_tencent_head_node_is_private_in_the_cluster_subnet_with_its_role(slurm_plan):
+    plan = slurm_plan("tencent-large")
     head = head_node(plan, TC_INSTANCE).inputs
     subnet = plan.one("tencentcloud:Subnet/instance:Instance")
     group = plan.one("tencentcloud:Security/group:Group")
@@ -205,14 +206,14 @@ def test_tencent_head_node_is_private_in_the_cluster_subnet_with_its_role(sample
 
 @pytest.mark.parametrize("stack", ["aws-entry", "tencent-entry"])
 def test_the_fixed_address_is_freed_before_a_new_head_node_takes_it(stack):
-    regs = render(stack_with(stack)).registrations
+    regs = render(slurm_stack_with(stack)).registrations
     heads = [r for r in regs if r.type == instance_type(stack) and r.inputs["tags"].get("gpu-cluster:role") == "head"]
     assert len(heads) == 1 and heads[0].delete_before_replace
     assert not [r.name for r in regs if r.delete_before_replace and r not in heads]
 
 
-def test_the_head_node_state_lives_on_its_own_protected_snapshotted_disk(sample_plan):
-    plan = sample_plan("aws-large")
+def test_the_head_node_state_lives_on_its_own_protected_snapshotted_disk(slurm_plan):
+    plan = slurm_plan("aws-large")
     head = head_node(plan, AWS_INSTANCE)
     (volume,) = [v for v in plan.of_type("aws:ebs/volume:Volume") if v.name.endswith("-head-data")]
     assert volume.protect and volume.inputs["encrypted"] is True
@@ -224,7 +225,7 @@ def test_the_head_node_state_lives_on_its_own_protected_snapshotted_disk(sample_
     assert (volume.id, head.id) in attached
     assert "StateSaveLocation=/data/slurm/state\n" in files(user_data(head))["/etc/slurm/slurm.conf"]
 
-    tc = sample_plan("tencent-large")
+    tc = slurm_plan("tencent-large")
     (disk,) = [d for d in tc.of_type("tencentcloud:Cbs/storage:Storage") if d.name.endswith("-head-data")]
     assert disk.protect and disk.inputs["encrypt"] is True
     snapshots = {a.inputs["storageId"] for a in tc.of_type("tencentcloud:Cbs/snapshotPolicyAttachment:SnapshotPolicyAttachment")}
@@ -236,9 +237,9 @@ def test_the_head_node_state_lives_on_its_own_protected_snapshotted_disk(sample_
 
 # ---- network and roles ------------------------------------------------------------------------------
 
-def test_slurm_traffic_flows_only_within_the_cluster_security_group(sample_plan):
+def test_slurm_traffic_flows_only_within_the_cluster_security_group(slurm_plan):
     """slurmctld 6817, slurmd 6818 and srun's ephemeral ports: all inside the group, from the group itself."""
-    plan = sample_plan("aws-large")
+    plan = slurm_plan("aws-large")
     sg = next(r for r in plan.of_type("aws:ec2/securityGroup:SecurityGroup") if r.name.endswith("-network-nodes"))
     ingress = [r.inputs for r in plan.of_type("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule")
                if r.inputs["securityGroupId"] == sg.id]
@@ -248,7 +249,7 @@ def test_slurm_traffic_flows_only_within_the_cluster_security_group(sample_plan)
     for r in ingress:  # anything else in is narrower: the Lustre servers' group, SSH from the given ranges
         assert r.get("referencedSecurityGroupId") or r.get("fromPort") == 22
 
-    tc = sample_plan("tencent-large")
+    tc = slurm_plan("tencent-large")
     group = tc.one("tencentcloud:Security/group:Group")
     rules = tc.one("tencentcloud:Security/groupRuleSet:GroupRuleSet").inputs["ingresses"]
     (own,) = [r for r in rules if r.get("sourceSecurityId") == group.id]
@@ -262,8 +263,8 @@ def _aws_statements(plan: Plan, role_part: str) -> list[dict]:
             for s in json.loads(r.inputs["policy"])["Statement"]]
 
 
-def test_aws_nodes_may_only_read_the_secret_and_the_head_node_may_also_store_it(sample_plan):
-    plan = sample_plan("aws-large")
+def test_aws_nodes_may_only_read_the_secret_and_the_head_node_may_also_store_it(slurm_plan):
+    plan = slurm_plan("aws-large")
     arn = plan.one(AWS_SECRET).outputs["arn"]
     for role_part, actions in (("-compute-node-role", ["secretsmanager:GetSecretValue"]),
                                ("-head-role", ["secretsmanager:GetSecretValue", "secretsmanager:PutSecretValue"])):
@@ -280,8 +281,8 @@ def test_aws_nodes_may_only_read_the_secret_and_the_head_node_may_also_store_it(
     assert attached == ["AmazonSSMManagedInstanceCore", "CloudWatchAgentServerPolicy"]
 
 
-def test_tencent_nodes_may_only_read_the_secret_through_their_instance_role(sample_plan):
-    plan = sample_plan("tencent-large")
+def test_tencent_nodes_may_only_read_the_secret_through_their_instance_role(slurm_plan):
+    plan = slurm_plan("tencent-large")
     roles = {r.inputs["name"]: r for r in plan.of_type("tencentcloud:Cam/role:Role")}
     policies = {r.inputs["name"]: json.loads(r.inputs["document"]) for r in plan.of_type("tencentcloud:Cam/policy:Policy")}
     resource = "qcs::ssm:ap-shanghai:uin/100000000001:secret/creatorUin/100000000001/tc-large-munge-key"
@@ -299,8 +300,8 @@ def test_tencent_nodes_may_only_read_the_secret_through_their_instance_role(samp
 
 # ---- alarms, outputs ----------------------------------------------------------------------------------
 
-def test_aws_alarms_on_a_failed_health_check_per_node_and_on_the_head_node(sample_plan):
-    plan = sample_plan("aws-large")
+def test_aws_alarms_on_a_failed_health_check_per_node_and_on_the_head_node(slurm_plan):
+    plan = slurm_plan("aws-large")
     topic = plan.one("aws:sns/topic:Topic").outputs["arn"]
     nodes = sorted(gpu_nodes(plan, AWS_INSTANCE), key=lambda r: r.name)
     health = sorted((a.inputs for a in plan.of_type(ALARM) if a.inputs["metricName"] == "NodeHealthy"),
@@ -317,9 +318,9 @@ def test_aws_alarms_on_a_failed_health_check_per_node_and_on_the_head_node(sampl
 
 
 @pytest.mark.parametrize("stack", ["aws-large", "tencent-large"])
-def test_outputs_say_how_to_reach_the_head_node_and_submit_the_first_job(stack, sample_plan):
-    out = sample_plan(stack).stack.outputs
-    head = head_node(sample_plan(stack), instance_type(stack)).id
+def test_outputs_say_how_to_reach_the_head_node_and_submit_the_first_job(stack, slurm_plan):
+    out = slurm_plan(stack).stack.outputs
+    head = head_node(slurm_plan(stack), instance_type(stack)).id
     assert out["head_node_id"] == head and head in out["connect_head"]
     assert out["submit_job"] == "sudo sbatch /opt/gpu-cluster/jobs/nccl-allreduce.sbatch"
     if cloud(stack) == "aws":
@@ -329,25 +330,49 @@ def test_outputs_say_how_to_reach_the_head_node_and_submit_the_first_job(stack, 
         assert "tccli tat RunCommand --region ap-shanghai" in out["connect_head"]
         assert out["munge_secret"] == "tc-large-munge-key"
     # The job the output names is one the head node ships.
-    assert "/opt/gpu-cluster/jobs/nccl-allreduce.sbatch" in files(user_data(head_node(sample_plan(stack),
+    assert "/opt/gpu-cluster/jobs/nccl-allreduce.sbatch" in files(user_data(head_node(slurm_plan(stack),
                                                                                      instance_type(stack))))
 
 
 @pytest.mark.parametrize("stack", ["aws-entry", "tencent-entry"])
-def test_the_notes_say_what_slurm_adds_and_cannot_do(stack, sample_plan):
-    from gpu_cluster.render import read_stack_file, stack_path, validate
+def test_the_notes_say_what_slurm_adds_and_cannot_do(stack, slurm_plan):
+    from gpu_cluster.render import validate
 
-    notes = validate(read_stack_file(stack_path(stack))).notes
+    notes = validate(slurm_stack_with(stack)).notes
     slurm = [n for n in notes if n.startswith("scheduler: slurm")]
     assert any("-munge-key" in n and "no plan, state or user data holds it" in n for n in slurm)
     if cloud(stack) == "tencentcloud":
         assert any("MT_QCE" in n and "no alarm watches" in n for n in slurm)
-        assert any("TencentOS Server 3.1" in n and "cluster.image_id" in n for n in slurm)
     else:
         assert any("replaces the head node" in n for n in slurm)
 
 
 # ---- scheduler: none ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("stack", [s for s in SAMPLE_STACKS if s.startswith("tencent")])
+def test_tencent_samples_on_the_default_image_have_no_scheduler_and_say_why(stack, sample_plan):
+    """TencentOS Server 3.1 cannot install Ubuntu's Slurm packages: without image_id the default is
+    scheduler: none, said in the notes, and no head node is rendered."""
+    from gpu_cluster.render import read_stack_file, stack_path, validate
+
+    plan = sample_plan(stack)
+    assert [r.name for r in plan.of_type(TC_INSTANCE)] == [r.name for r in gpu_nodes(plan, TC_INSTANCE)]
+    assert not plan.of_type(TC_SECRET)
+    notes = validate(read_stack_file(stack_path(stack))).notes
+    assert any(n.startswith("scheduler: none by default on tencentcloud's default image") and "Ubuntu 24.04" in n
+               for n in notes)
+
+
+def test_slurm_asked_for_on_tencents_default_image_is_refused_in_one_sentence():
+    from components.spec import SpecError
+    from gpu_cluster.render import validate
+
+    with pytest.raises(SpecError) as e:
+        validate(stack_with_cluster("tencent-entry", {"scheduler": "slurm"}))
+    (problem,) = e.value.problems
+    assert problem.startswith("cluster.scheduler='slurm' on tencentcloud needs cluster.image_id")
+    assert "python3-venv" in problem and "allowed: image_id" in problem and "scheduler: none" in problem
+
 
 @pytest.mark.parametrize("stack", ["aws-large", "tencent-large", "aws-scheduled", "tencent-scheduled"])
 def test_scheduler_none_renders_no_head_node_no_secret_and_no_slurm(stack):
@@ -390,14 +415,14 @@ def test_head_address_is_host_ten_of_the_subnet():
         head_address("10.0.0.0/28")
 
 
-def test_user_data_is_compressed_within_the_16_kb_limit(sample_plan):
+def test_user_data_is_compressed_within_the_16_kb_limit(slurm_plan):
     document = "#cloud-config\n" + "runcmd: []\n" * 4000
     encoded = encode(document)
     assert decode(encoded) == document and encode(document) == encoded  # deterministic: the same every render
     assert size_problem(encoded, "raw", "x") is None and size_problem(encoded, "base64", "x") is None
     assert "over the 16384-byte limit" in size_problem("A" * (USER_DATA_LIMIT + 4), "base64", "node x")
     for stack in SAMPLE_STACKS:
-        plan = sample_plan(stack)
+        plan = slurm_plan(stack)
         for r in plan.of_type(LT, AWS_INSTANCE, TC_INSTANCE):
             key = "userData" if r.type != AWS_INSTANCE else "userDataBase64"
             if key in r.inputs:

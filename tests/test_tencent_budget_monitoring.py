@@ -71,11 +71,13 @@ def test_gpu_alarms_idle_two_hours_and_hot_bound_to_every_node(sample_plan):
 
 
 def test_exports():
+    from conftest import slurm_stack_with
     from gpu_cluster.render import read_stack_file, render, stack_path
-    out = render(read_stack_file(stack_path("tencent-large"))).outputs
-    assert set(out) == {"vpc_id", "subnet_id", "hpc_cluster_id", "node_ids", "cfs_mount_target",
-                        "checkpoint_bucket", "budget_id", "connect",
-                        "head_node_id", "head_address", "munge_secret", "connect_head", "submit_job"}
+    plain = {"vpc_id", "subnet_id", "hpc_cluster_id", "node_ids", "cfs_mount_target", "checkpoint_bucket", "budget_id",
+             "connect"}
+    assert set(render(read_stack_file(stack_path("tencent-large"))).outputs) == plain
+    out = render(slurm_stack_with("tencent-large")).outputs
+    assert set(out) == plain | {"head_node_id", "head_address", "munge_secret", "connect_head", "submit_job"}
     assert out["hpc_cluster_id"].startswith("hpc-") and len(out["node_ids"]) == 2
     assert out["cfs_mount_target"].endswith("/cfs") and "@tcp0:/" in out["cfs_mount_target"]
     assert out["checkpoint_bucket"] == "tc-large-checkpoints-1250000000"

@@ -3,7 +3,7 @@
 import pytest
 
 from components import catalog
-from conftest import gpu_nodes, head_node, inputs_of
+from conftest import TENCENT_UBUNTU_IMAGE, gpu_nodes, head_node, inputs_of
 
 CFS = "tencentcloud:Cfs/fileSystem:FileSystem"
 BUCKET = "tencentcloud:Cos/bucket:Bucket"
@@ -55,8 +55,8 @@ def test_checkpoint_bucket_is_private_versioned_encrypted_with_lifecycle(sample_
     assert bucket.protect
 
 
-def test_one_encrypted_protected_data_disk_per_node_attached_to_it(sample_plan):
-    plan = sample_plan("tencent-large")
+def test_one_encrypted_protected_data_disk_per_node_attached_to_it(slurm_plan):
+    plan = slurm_plan("tencent-large")
     disks = sorted(plan.of_type(DISK), key=lambda r: r.name)
     # One per GPU node, and the Slurm head node's state disk (components/headnode.py HEAD_DATA_GB).
     assert [(d.name, d.inputs["storageSize"]) for d in disks] == [
@@ -94,7 +94,8 @@ def test_no_data_disks_no_cbs_policy(render_cluster):
     plan = render_cluster("tencent-entry", {"storage": {"data_disk_gb": 0}, "scheduler": "none"})
     assert plan.of_type(DISK) == [] and plan.of_type(POLICY) == [] and plan.of_type(POLICY_ATTACH) == []
     # With Slurm the head node's state disk is still snapshotted.
-    plan = render_cluster("tencent-entry", {"storage": {"data_disk_gb": 0}})
+    plan = render_cluster("tencent-entry", {"storage": {"data_disk_gb": 0}, "scheduler": "slurm",
+                                            "image_id": TENCENT_UBUNTU_IMAGE})
     (disk,) = plan.of_type(DISK)
     assert disk.name == "tc-entry-head-data"
     assert [a["storageId"] for a in inputs_of(plan, POLICY_ATTACH)] == [disk.id]
@@ -111,7 +112,7 @@ def test_stateful_urns_survive_instance_type_and_node_count_changes(sample_plan,
         old_s, new_s = stateful(old), stateful(new)
         assert set(old_s) <= set(new_s)
         assert all(r.protect for r in new_s.values())
-    assert len([u for u in stateful(after) if "Cbs/storage:Storage" in u]) == 5  # 4 data disks, the head's
+    assert len([u for u in stateful(after) if "Cbs/storage:Storage" in u]) == 4  # 4 data disks (no head: no Slurm)
     assert set(stateful(before)) - set(stateful(after)) == set()
 
 

@@ -13,7 +13,7 @@ import shlex
 from typing import Optional
 
 from components.catalog import Shape
-from components.cloudinit import BootConfig, DataDisk, ImageScratch, LustreMount, Step, bash_script
+from components.cloudinit import REBOOT_PENDING, BootConfig, DataDisk, ImageScratch, LustreMount, Step, bash_script
 
 NVME_MODEL = "Amazon EC2 NVMe Instance Storage"
 EBS_MODEL = "Amazon Elastic Block Store"
@@ -39,26 +39,87 @@ volume=$(curl -fsS --retry 5 -H "X-aws-ec2-metadata-token: $token" \\
 echo "${{volume//-/}}"
 """
 
-# FSx for Lustre client on Ubuntu, pinned to the running kernel (FSx for Lustre user guide,
-# "Installing the Lustre client", Ubuntu: docs.aws.amazon.com/fsx/latest/LustreGuide/
-# install-lustre-client.html). The repository builds one package per kernel; when the AMI's kernel is
-# newer than the newest client, the install fails loudly instead of leaving /lustre unmounted unnoticed.
-LUSTRE_CLIENT_SH = bash_script("gpu-cluster-lustre-client", "Install the FSx for Lustre client for the running kernel", r"""
+KERNEL_SWITCHED = "/var/lib/gpu-cluster/lustre-kernel"
+"""The kernel a node switched to for the Lustre client: it switches once, never in a loop."""
+REBOOT_UNIT = "gpu-cluster-reboot-for-lustre.service"
+
+# FSx for Lustre client on Ubuntu (FSx for Lustre user guide, "Installing the Lustre client", Ubuntu:
+# docs.aws.amazon.com/fsx/latest/LustreGuide/install-lustre-client.html). The repository builds one
+# package per kernel, `lustre-client-modules-<uname -r>`, and can trail the kernels the images boot.
+# Then, as the guide says for a kernel it has no client for, the node boots a kernel it has one for:
+# the newest of the same flavour with a client in the FSx repository and an image and headers in
+# Ubuntu's archive. Before it reboots it checks that every driver the node runs now (NVIDIA, EFA,
+# GDRCopy) is built for that kernel (DKMS rebuilds them when its headers are installed; a driver from
+# a kernel-versioned package gets the same package for the new kernel); otherwise it stays on its
+# kernel without /lustre and says why (the health check then drains the node with that reason).
+# GRUB boots the chosen kernel from then on (GRUB_DEFAULT as a "submenu>entry" title path,
+# GNU GRUB manual, "Simple configuration handling"), and the reboot waits for cloud-init to finish.
+LUSTRE_CLIENT_SH = bash_script("gpu-cluster-lustre-client", "Install the FSx for Lustre client", "\n".join((
+    f"SWITCHED={shlex.quote(KERNEL_SWITCHED)}", f"PENDING={shlex.quote(REBOOT_PENDING)}",
+    f"REBOOT_UNIT={shlex.quote(REBOOT_UNIT)}", "GRUB_DROPIN=/etc/default/grub.d/99-gpu-cluster-lustre.cfg",
+    "GRUB_CFG=/boot/grub/grub.cfg", "KEYRING=/usr/share/keyrings/fsx-ubuntu-public-key.gpg",
+    "SOURCES=/etc/apt/sources.list.d/fsxlustreclientrepo.list")) + r"""
 if modprobe -n lustre 2>/dev/null; then modprobe lustre; exit 0; fi
 kernel=$(uname -r)
 codename=$(sed -n 's/^VERSION_CODENAME=//p' /etc/os-release)
 [ -n "$codename" ] || fail "cannot tell the Ubuntu release from /etc/os-release"
-keyring=/usr/share/keyrings/fsx-ubuntu-public-key.gpg
 curl -fsSL --retry 5 https://fsx-lustre-client-repo-public-keys.s3.amazonaws.com/fsx-ubuntu-public-key.asc \
-  | gpg --dearmor --yes -o "$keyring" || fail "could not fetch the FSx client repository key"
-echo "deb [signed-by=$keyring] https://fsx-lustre-client-repo.s3.amazonaws.com/ubuntu $codename main" \
-  > /etc/apt/sources.list.d/fsxlustreclientrepo.list
+  | gpg --dearmor --yes -o "$KEYRING" || fail "could not fetch the FSx client repository key"
+echo "deb [signed-by=$KEYRING] https://fsx-lustre-client-repo.s3.amazonaws.com/ubuntu $codename main" > "$SOURCES"
 apt-get update -q || fail "apt-get update failed"
-apt-cache show "lustre-client-modules-$kernel" > /dev/null 2>&1 \
-  || fail "the FSx Lustre repository has no client for kernel $kernel; /lustre cannot be mounted until one is published"
-DEBIAN_FRONTEND=noninteractive apt-get install -y -q "lustre-client-modules-$kernel" || fail "installing the Lustre client failed"
-modprobe lustre || fail "the lustre module does not load"
+export DEBIAN_FRONTEND=noninteractive
+if apt-cache show "lustre-client-modules-$kernel" > /dev/null 2>&1; then
+  apt-get install -y -q "lustre-client-modules-$kernel" || fail "installing the Lustre client failed"
+  modprobe lustre || fail "the lustre module does not load"
+  exit 0
+fi
+if [ -s "$SWITCHED" ]; then
+  fail "kernel $kernel has no FSx Lustre client, although this node switched to kernel $(cat "$SWITCHED") for one; /lustre stays unmounted"
+fi
+flavour=${kernel#*-*-}
+target=""
+for version in $(apt-cache pkgnames lustre-client-modules- | sed -n "s/^lustre-client-modules-\(.*-$flavour\)\$/\1/p" | sort -V -r); do
+  if apt-cache show "linux-image-$version" "linux-headers-$version" > /dev/null 2>&1; then
+    target=$version
+    break
+  fi
+done
+[ -n "$target" ] || fail "the FSx Lustre repository has no client for kernel $kernel, nor for any $flavour kernel in the Ubuntu archive; /lustre cannot be mounted"
+packages=("linux-image-$target" "linux-headers-$target" "lustre-client-modules-$target")
+if apt-cache show "linux-modules-extra-$target" > /dev/null 2>&1; then packages+=("linux-modules-extra-$target"); fi
+drivers=()
+for module in nvidia efa gdrdrv; do
+  file=$(modinfo -n "$module" 2>/dev/null) || continue
+  drivers+=("$module")
+  owner=$(dpkg -S "$file" 2>/dev/null | cut -d: -f1 || true)
+  case "$owner" in *"$kernel"*) packages+=("${owner//$kernel/$target}") ;; esac
+done
+apt-get install -y -q "${packages[@]}" || fail "installing kernel $target with its Lustre client failed"
+for module in "${drivers[@]}"; do
+  modinfo -k "$target" -n "$module" > /dev/null 2>&1 \
+    || fail "driver $module is not built for kernel $target, so the node stays on kernel $kernel, which has no FSx Lustre client; /lustre stays unmounted"
+done
+printf 'GRUB_DEFAULT="Advanced options for Ubuntu>Ubuntu, with Linux %s"\n' "$target" > "$GRUB_DROPIN"
+update-grub || fail "update-grub failed"
+grep -qF "'Ubuntu, with Linux $target'" "$GRUB_CFG" || fail "GRUB has no entry for kernel $target"
+mkdir -p "$(dirname "$SWITCHED")" "$(dirname "$PENDING")"
+echo "$target" > "$SWITCHED"
+touch "$PENDING"
+systemctl start --no-block "$REBOOT_UNIT"
+echo "$NAME: kernel $kernel has no FSx Lustre client; booting kernel $target, which has one, once cloud-init is done"
 """)
+
+# Reboots the node into the kernel chosen above once cloud-init's final stage (the rest of the first
+# boot: Slurm setup, agents) is done; enabled nowhere, started only by the client script.
+REBOOT_UNIT_FILE = """[Unit]
+Description=Reboot into the kernel with the FSx Lustre client (gpu-cluster)
+After=cloud-final.service
+
+[Service]
+Type=oneshot
+ExecStart=/usr/bin/systemctl reboot
+"""
+
 
 CLOUDWATCH_AGENT_CTL = "/opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl"
 
@@ -89,6 +150,13 @@ fi
 """
 
 
+def lustre_mount(source: str) -> LustreMount:
+    """/lustre from FSx, with the client install (and the unit that may reboot into a kernel for it)."""
+    return LustreMount(source=source, client_script=LUSTRE_CLIENT_SH, files=(
+        {"path": f"/etc/systemd/system/{REBOOT_UNIT}", "permissions": "0644", "owner": "root:root",
+         "content": REBOOT_UNIT_FILE},))
+
+
 def boot_config(shape: Shape, scratch: str, cloudwatch_parameter: str, lustre_source: Optional[str],
                 data_disk: bool, image_scratch: bool = True) -> BootConfig:
     """What every node does at boot: /scratch, /data (by volume id), /lustre, then the GPU metrics agent.
@@ -101,7 +169,7 @@ def boot_config(shape: Shape, scratch: str, cloudwatch_parameter: str, lustre_so
         scratch=scratch,
         disk_model=EBS_MODEL,
         image_scratch=DLAMI_SCRATCH if image_scratch else None,
-        lustre=LustreMount(source=lustre_source, client_script=LUSTRE_CLIENT_SH) if lustre_source else None,
+        lustre=lustre_mount(lustre_source) if lustre_source else None,
         data_disk=DataDisk(serial_command=DATA_SERIAL_FROM_IMDS) if data_disk else None,
         steps=(Step("gpu-cluster-cloudwatch-agent", bash_script(
             "gpu-cluster-cloudwatch-agent", "Install and start the CloudWatch agent with the cluster's GPU metrics",

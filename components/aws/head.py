@@ -24,9 +24,9 @@ from typing import Mapping, Optional
 import pulumi
 import pulumi_aws as aws
 
-from components.aws.boot import DATA_SERIAL_FROM_IMDS, DATA_VOLUME_TAG, EBS_MODEL, LUSTRE_CLIENT_SH
+from components.aws.boot import DATA_SERIAL_FROM_IMDS, DATA_VOLUME_TAG, EBS_MODEL, lustre_mount
 from components.aws.common import assume_role_policy, aws_managed_policy, policy_output, tagged
-from components.cloudinit import DataDisk, LustreMount, encode, render, size_problem
+from components.cloudinit import DataDisk, encode, render, size_problem
 from components.headnode import HEAD_INSTANCE_TYPES, HEAD_ROLE, ROLE_TAG
 from components.slurm import SlurmCluster, head_boot_config
 
@@ -166,7 +166,7 @@ def munge_policy(secret_arn: pulumi.Input[str], write: bool) -> pulumi.Output[st
 
 def _user_data(c: SlurmCluster, lustre_source: Optional[str], name: str) -> str:
     boot = head_boot_config(
-        c, lustre=LustreMount(source=lustre_source, client_script=LUSTRE_CLIENT_SH) if lustre_source else None,
+        c, lustre=lustre_mount(lustre_source) if lustre_source else None,
         data_disk=DataDisk(serial_command=DATA_SERIAL_FROM_IMDS), disk_model=EBS_MODEL)
     encoded = encode(render(boot))
     problem = size_problem(encoded, "raw", f"head node {name}")

@@ -28,6 +28,11 @@ NODE_PACKAGES = ("slurmd", "slurm-client", "munge", "fio")
 NODE_SETUP_UNIT = "gpu-cluster-node-setup.service"
 HEAD_SETUP_UNIT = "gpu-cluster-head-setup.service"
 SPOT_WATCH_UNIT = "gpu-cluster-spot-watch.service"
+RECHECK_SERVICE = "gpu-cluster-health-recheck.service"
+RECHECK_TIMER = "gpu-cluster-health-recheck.timer"
+RECHECK_FIRST_MIN = 30
+"""After boot: later than node-setup's own check can take (mounts wait up to 10 min, then fio)."""
+RECHECK_EVERY_MIN = 15
 SYSTEMD = "/etc/systemd/system"
 
 _SETUP_UNIT = """[Unit]
@@ -74,6 +79,26 @@ WantedBy=multi-user.target
 """
 
 
+_RECHECK_UNIT = """[Unit]
+Description=Re-run a failed GPU node health check (gpu-cluster)
+After={setup} slurmd.service
+
+[Service]
+Type=oneshot
+ExecStart={exec}
+"""
+_RECHECK_TIMER_UNIT = """[Unit]
+Description=Re-run a failed GPU node health check every {every} min (gpu-cluster)
+
+[Timer]
+OnBootSec={first}min
+OnUnitInactiveSec={every}min
+
+[Install]
+WantedBy=timers.target
+"""
+
+
 def _file(path: str, content: str, mode: str = "0644") -> dict:
     return {"path": path, "permissions": mode, "owner": "root:root", "content": content, "defer": True}
 
@@ -109,6 +134,9 @@ def node_boot_parts(c: SlurmCluster, node_index: Optional[int] = None) -> BootPa
         _file(f"{b}/health-gate", scripts.health_gate_script(c), "0755"),
         _file(f"{b}/spot-watch", scripts.spot_watch_script(c), "0755"),
         _file(f"{b}/node-setup", scripts.node_setup_script(c), "0755"),
+        _file(f"{b}/health-recheck", scripts.health_recheck_script(c), "0755"),
+        _file(f"{SYSTEMD}/{RECHECK_SERVICE}", _RECHECK_UNIT.format(setup=NODE_SETUP_UNIT, exec=f"{b}/health-recheck")),
+        _file(f"{SYSTEMD}/{RECHECK_TIMER}", _RECHECK_TIMER_UNIT.format(first=RECHECK_FIRST_MIN, every=RECHECK_EVERY_MIN)),
         _file(f"{SYSTEMD}/{NODE_SETUP_UNIT}", _SETUP_UNIT.format(
             description="Join the Slurm cluster", before="slurmd.service", exec=f"{b}/node-setup")),
         _file(f"{SYSTEMD}/slurmd.service.d/gpu-cluster.conf", _SLURMD_DROPIN.format(setup=NODE_SETUP_UNIT)),
@@ -118,7 +146,8 @@ def node_boot_parts(c: SlurmCluster, node_index: Optional[int] = None) -> BootPa
     commands = (("systemctl", "daemon-reload"),
                 ("systemctl", "enable", "--now", NODE_SETUP_UNIT),
                 ("systemctl", "enable", "--now", "slurmd.service"),
-                ("systemctl", "enable", "--now", SPOT_WATCH_UNIT))
+                ("systemctl", "enable", "--now", SPOT_WATCH_UNIT),
+                ("systemctl", "enable", "--now", RECHECK_TIMER))
     return BootParts(packages=NODE_PACKAGES + o.node_packages, files=tuple(files), commands=commands)
 
 

@@ -34,6 +34,12 @@ preinst: `adduser --system --group --uid 64030 ... slurm`), so it is the same us
 DEFAULT_STATE_DIR = "/data/slurm/state"
 """slurmctld's StateSaveLocation: on the head node's persistent (snapshotted) data disk."""
 HEALTH_CHECK_INTERVAL_S = 300
+REAL_MEMORY_FRACTION = 0.90
+"""RealMemory as a fraction of the shape's marketed memory. slurm.conf(5): RealMemory "default value
+is 1" (MB); a node registering less than it is set INVAL ("Low RealMemory"), CLOUD nodes in Slurm 23.11
+down to 90 % of it (DEFAULT_CLOUD_REG_MEM_PERCENT, src/slurmctld/node_mgr.c, slurm-23-11-4-1). The
+kernel shows a few percent less than the marketed size (its own structures, Ubuntu's crashkernel
+reservation of up to 4 GiB)."""
 
 
 @dataclass(frozen=True)
@@ -150,6 +156,14 @@ class SlurmCluster:
         return f"{self.paths.lustre}/jobs" if self.lustre else f"{self.paths.state}/jobs"
 
     @property
+    def real_memory_mib(self) -> int:
+        """RealMemory of a node line: without it Slurm takes 1 MB and rejects every job that asks
+        for memory (--mem, --mem-per-gpu). The kernel reports less than the shape's marketed memory,
+        and a node registering less than RealMemory is refused, so it is set below what any node
+        reports (REAL_MEMORY_FRACTION of the catalog's mem_gib)."""
+        return int(self.shape.mem_gib * 1024 * REAL_MEMORY_FRACTION)
+
+    @property
     def shared_dirs(self) -> tuple[str, ...]:
         """Directories created on the parallel file system by the head node (mode 1777)."""
         return (f"{self.paths.lustre}/home", f"{self.paths.lustre}/jobs") if self.lustre else ()
@@ -193,10 +207,14 @@ def slurm_conf(c: SlurmCluster) -> str:
         ("SlurmdPidFile", "/run/slurmd.pid"),
         ("SlurmctldLogFile", "/var/log/slurm/slurmctld.log"),
         ("SlurmdLogFile", "/var/log/slurm/slurmd.log"),
+        # cloud_reg_addrs: NodeAddr from the node's registration. Slurm 23.11 (Ubuntu 24.04) made that
+        # the default and logs the option as defunct at start, harmlessly; 22.05 (Debian 12, which
+        # `make slurm-check` runs) needs it.
         ("SlurmctldParameters", "enable_configless,cloud_reg_addrs"),
         ("TreeWidth", 65533),
-        # Without it, CLOUD nodes that have not registered yet are hidden from scontrol and sinfo
-        # "even for SlurmUser and root" — and the health gate must drain a node before it registers.
+        # Slurm up to 23.02 hides CLOUD nodes that have not registered yet from scontrol and sinfo
+        # "even for SlurmUser and root" without it, and the health gate must drain a node before it
+        # registers; 23.11 shows them anyway and no longer reads the value.
         ("PrivateData", "cloud"),
         ("ProctrackType", "proctrack/cgroup"),
         ("TaskPlugin", "task/cgroup,task/affinity"),
@@ -225,8 +243,8 @@ def slurm_conf(c: SlurmCluster) -> str:
         if not idx:
             continue
         out.append(_lines([
-            ("NodeName", f"{hostlist(c.name + '-node-', idx)} CPUs={c.shape.vcpu} Gres={c.gres} "
-                         f"State=CLOUD Features={c.shape.type},{market}"),
+            ("NodeName", f"{hostlist(c.name + '-node-', idx)} CPUs={c.shape.vcpu} RealMemory={c.real_memory_mib} "
+                         f"Gres={c.gres} State=CLOUD Features={c.shape.type},{market}"),
         ]))
     out.append(_lines([
         ("PartitionName", f"{c.name} Nodes={c.node_hostlist} Default=YES MaxTime=INFINITE State=UP"),

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from components.cloudinit import REBOOT_PENDING
 from components.slurm import shell
 from components.slurm.clouds import CloudOps, ops
 from components.slurm.conf import SLURMCTLD_PORT, SlurmCluster
@@ -36,7 +37,21 @@ HEALTH_REASON_PREFIX = "gpu-cluster-health:"
 SPOT_REASON_PREFIX = "spot-interruption:"
 MUNGE_WAIT_S = 1800
 MOUNT_WAIT_S = 600
+FABRIC_MANAGER_WAIT_S = 180
+"""How long the health check waits for nvidia-fabricmanager while it is still `activating` at boot
+(it starts only once it has initialised every NVSwitch)."""
 DEFAULT_MUNGE_RESTART = ("systemctl", "restart", "munge")
+
+
+MOUNTED_FUNCTION = r'''mounted() {
+  # A real mount, not systemd's automount placeholder (x-systemd.automount in fstab), which
+  # `mountpoint` also reports: reaching inside triggers the automount, and an unmountable file system
+  # then shows as autofs or fails.
+  mountpoint -q "$1" || return 1
+  local fstype
+  fstype=$(timeout 90 stat -f -c %T "$1/." 2>/dev/null) || return 1
+  [ "$fstype" != autofs ]
+}'''
 
 
 def _script(title: str, values: dict, body: str, functions: Sequence[str] = ()) -> str:
@@ -270,10 +285,17 @@ fi
 
 # 3. Fabric manager (NVSwitch shapes).
 if [ "$FABRIC_MANAGER" = 1 ]; then
-  if systemctl is-active --quiet nvidia-fabricmanager; then
+  # It may still be starting at boot (it waits for the NVSwitches): wait, bounded, while it does.
+  deadline=$((SECONDS + FM_WAIT_S))
+  fm_state=$(systemctl show -p ActiveState --value nvidia-fabricmanager 2>/dev/null || true)
+  while [ "$fm_state" = activating ] && [ "$SECONDS" -lt "$deadline" ]; do
+    sleep 5
+    fm_state=$(systemctl show -p ActiveState --value nvidia-fabricmanager 2>/dev/null || true)
+  done
+  if [ "$fm_state" = active ]; then
     ok "nvidia-fabricmanager active"
   else
-    fail "nvidia-fabricmanager is not running (required on NVSwitch shapes)"
+    fail "nvidia-fabricmanager is ${fm_state:-not installed}, not active (required on NVSwitch shapes)"
   fi
 fi
 
@@ -305,13 +327,16 @@ fi
 # 5. Mounts (waiting for the ones still being attached at boot), then random reads.
 for dir in "${MOUNTS[@]}"; do
   deadline=$((SECONDS + MOUNT_WAIT_S))
-  until mountpoint -q "$dir" || [ "$SECONDS" -ge "$deadline" ]; do sleep 5; done
-  if mountpoint -q "$dir"; then ok "$dir mounted"; else fail "$dir is not mounted (waited ${MOUNT_WAIT_S}s)"; fi
+  until mounted "$dir" || [ "$SECONDS" -ge "$deadline" ]; do sleep 5; done
+  if mounted "$dir"; then ok "$dir mounted"; else fail "$dir is not mounted (waited ${MOUNT_WAIT_S}s)"; fi
 done
 for dir in "${FIO_DIRS[@]}"; do
-  mountpoint -q "$dir" || continue
+  mounted "$dir" || continue
   test_dir="$dir/.gpu-cluster-health-$NODE_NAME"
-  mkdir -p "$test_dir"
+  if ! mkdir -p "$test_dir" 2>/dev/null; then
+    fail "cannot write to $dir"
+    continue
+  fi
   if ! fio_json=$(timeout $((FIO_RUNTIME_S * 3 + 120)) fio --name=gpu-cluster-randread --directory="$test_dir" \
       --rw=randread --bs="$FIO_BS" --size="${FIO_SIZE_MIB}M" --runtime="$FIO_RUNTIME_S" --time_based \
       --ioengine=psync --direct=1 --output-format=json 2>&1); then
@@ -390,14 +415,14 @@ def node_health_script(c: SlurmCluster) -> str:
         "NVLINK": int(f.nvlink), "NVLINK_LINKS": "" if f.nvlink_links_per_gpu is None else f.nvlink_links_per_gpu,
         "FABRIC_MANAGER": int(f.fabric_manager),
         "RDMA_KIND": rdma_kind, "RDMA_EXPECTED": rdma_expected, "IB_SYSFS": c.paths.infiniband_sysfs,
-        "MOUNT_WAIT_S": MOUNT_WAIT_S,
+        "MOUNT_WAIT_S": MOUNT_WAIT_S, "FM_WAIT_S": FABRIC_MANAGER_WAIT_S,
         "FIO_SIZE_MIB": fio.size_mib, "FIO_RUNTIME_S": fio.runtime_s, "FIO_BS": fio.block_size,
         "FIO_MIN_IOPS": "" if fio.min_iops is None else fio.min_iops,
         "METRIC_NAMESPACE": c.metric_namespace, "METRIC_NAME": c.metric_name,
         "METRIC_VALUE": "", "METRIC_DIMENSIONS": "", "METRIC_JSON": "", "INSTANCE_ID": "",
     }
     return _script("GPU node health check", values, _HEALTH_BODY, [
-        shell.array("MOUNTS", mounts), shell.array("FIO_DIRS", fio_dirs),
+        shell.array("MOUNTS", mounts), shell.array("FIO_DIRS", fio_dirs), MOUNTED_FUNCTION,
         o.metadata_function, shell.function("metric_put", o.metric_put)])
 
 
@@ -450,6 +475,30 @@ def health_gate_script(c: SlurmCluster) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+_RECHECK_BODY = r'''
+# A node drained by a one-off failure at boot (a slow mount, a late fabric manager) comes back by
+# itself: while the last result is not PASS, run the check again; health-gate resumes the node when
+# it passes. Slurm never places a job on a drained node, so no job can do this.
+result=$(sed -n 1p "$STATUS_FILE" 2>/dev/null || true)
+if [ "$result" = PASS ]; then
+  exit 0
+fi
+if "$BIN/node-health" --drain; then
+  echo "health-recheck: the health check passes now; the node is resumed"
+else
+  echo "health-recheck: the health check still fails (see $STATUS_FILE); the node stays drained" >&2
+fi
+'''
+
+
+def health_recheck_script(c: SlurmCluster) -> str:
+    """Run by a systemd timer on every GPU node: the health check again while it fails."""
+    return _script("Re-run a failed GPU node health check", {
+        "BIN": c.paths.bin, "STATUS_FILE": c.paths.health_status_file,
+    }, _RECHECK_BODY)
+
+
+# ---------------------------------------------------------------------------------------------
 _SPOT_BODY = r'''
 NODE_NAME=$(cat "$NODE_NAME_FILE" 2>/dev/null || true)
 if [ -z "$NODE_NAME" ]; then
@@ -496,8 +545,19 @@ NODE_NAME=$(cat "$NODE_NAME_FILE")
 mkdir -p "$(dirname "$SLURMD_DEFAULTS")"
 printf 'SLURMD_OPTIONS="--conf-server %s -N %s"\n' "$CONF_SERVER" "$NODE_NAME" > "$SLURMD_DEFAULTS.tmp"
 mv "$SLURMD_DEFAULTS.tmp" "$SLURMD_DEFAULTS"
-mkdir -p "$JOBS_OUTPUT"
-chmod 1777 "$JOBS_OUTPUT"
+# On /lustre when the cluster has one: a file system that cannot mount must not keep slurmd down
+# (the health check reports it and drains the node).
+if mkdir -p "$JOBS_OUTPUT" 2>/dev/null; then
+  chmod 1777 "$JOBS_OUTPUT"
+else
+  echo "node-setup: cannot create $JOBS_OUTPUT; job output there fails until it can be" >&2
+fi
+# A node about to reboot (into a kernel with a Lustre client) checks itself after the reboot; until
+# then health-gate finds no result and keeps it drained.
+if [ -e "$REBOOT_PENDING" ]; then
+  echo "node-setup: $NODE_NAME reboots when the first boot is done; its health check runs after the reboot"
+  exit 0
+fi
 # A failed check does not stop the boot: slurmd starts, and its HealthCheckProgram (health-gate)
 # drains the node with the reason before it registers, so no job ever lands on it.
 if ! "$BIN/node-health"; then
@@ -512,23 +572,29 @@ def node_setup_script(c: SlurmCluster) -> str:
         "BIN": c.paths.bin, "NODE_NAME_FILE": c.paths.node_name_file,
         "STATUS_FILE": c.paths.health_status_file, "SLURMD_DEFAULTS": f"{c.paths.etc_default}/slurmd",
         "CONF_SERVER": f"{c.head_address}:{SLURMCTLD_PORT}", "JOBS_OUTPUT": c.jobs_output_dir,
+        "REBOOT_PENDING": REBOOT_PENDING,
     }, _NODE_SETUP_BODY, [shell.command(cmd) for cmd in o.cli_setup])
 
 
 _HEAD_SETUP_BODY = r'''
 for dir in "${WAIT_MOUNTS[@]}"; do
   deadline=$((SECONDS + MOUNT_WAIT_S))
-  until mountpoint -q "$dir" || [ "$SECONDS" -ge "$deadline" ]; do sleep 5; done
-  if ! mountpoint -q "$dir"; then
+  until mounted "$dir" || [ "$SECONDS" -ge "$deadline" ]; do sleep 5; done
+  if ! mounted "$dir"; then
     echo "head-setup: $dir is not mounted after ${MOUNT_WAIT_S}s; slurmctld's state must live on it" >&2
     exit 1
   fi
 done
 shared=1
 for dir in "${SOFT_MOUNTS[@]}"; do
+  if [ -e "$REBOOT_PENDING" ]; then
+    echo "head-setup: the node reboots when the first boot is done (for $dir); slurmctld starts without the shared directories until then" >&2
+    shared=0
+    break
+  fi
   deadline=$((SECONDS + MOUNT_WAIT_S))
-  until mountpoint -q "$dir" || [ "$SECONDS" -ge "$deadline" ]; do sleep 5; done
-  if ! mountpoint -q "$dir"; then
+  until mounted "$dir" || [ "$SECONDS" -ge "$deadline" ]; do sleep 5; done
+  if ! mounted "$dir"; then
     echo "head-setup: $dir is not mounted after ${MOUNT_WAIT_S}s; slurmctld starts without the shared directories on it" >&2
     shared=0
   fi
@@ -538,8 +604,11 @@ chown "$SLURM_USER:$SLURM_USER" "$STATE_DIR"
 chmod 0700 "$STATE_DIR"
 if [ "$shared" = 1 ]; then
   for dir in "${SHARED_DIRS[@]}"; do
-    mkdir -p "$dir"
-    chmod 1777 "$dir"
+    if mkdir -p "$dir" 2>/dev/null; then
+      chmod 1777 "$dir"
+    else
+      echo "head-setup: cannot create $dir; slurmctld starts without it" >&2
+    fi
   done
 fi
 "$BIN/munge-key"
@@ -557,7 +626,7 @@ def head_setup_script(c: SlurmCluster, wait_mounts: Sequence[str] | None = None)
     soft_mounts = [c.paths.lustre] if c.lustre and c.paths.lustre not in wait_mounts else []
     return _script("Head node: prepare slurmctld", {
         "BIN": c.paths.bin, "STATE_DIR": c.state_dir, "SLURM_USER": "slurm",
-        "MOUNT_WAIT_S": MOUNT_WAIT_S,
+        "MOUNT_WAIT_S": MOUNT_WAIT_S, "REBOOT_PENDING": REBOOT_PENDING,
     }, _HEAD_SETUP_BODY, [shell.array("WAIT_MOUNTS", wait_mounts), shell.array("SOFT_MOUNTS", soft_mounts),
-                          shell.array("SHARED_DIRS", c.shared_dirs)]
+                          shell.array("SHARED_DIRS", c.shared_dirs), MOUNTED_FUNCTION]
         + [shell.command(cmd) for cmd in o.cli_setup])

@@ -78,15 +78,6 @@ def slurm_notes(spec: "ClusterSpec") -> list[str]:
         "tencentcloud.com/document/api/248/39326; provider doc monitor_alarm_policy v1.82.42 has no other). A failing "
         "node is still drained in Slurm: `sinfo -R` on the head node names the reason",
     ]
-    if spec.image_id is None:
-        out.append(
-            "scheduler: slurm on the default image — the Slurm boot (components/slurm) installs the Debian/Ubuntu "
-            "packages slurmctld, slurmd, slurm-client, munge and python3-venv with cloud-init — Debian/Ubuntu names. "
-            "TencentOS Server 3.1 is RHEL 8-compatible (dnf: components/tencentcloud/boot.py) and no source we could "
-            "read lists these packages in its repositories, so on it the head node and the GPU nodes are expected to "
-            "come up without Slurm (unconfirmed: not tried on a live cluster). Set cluster.image_id "
-            "to an Ubuntu 24.04 image with the NVIDIA driver (the head node uses it too; Ubuntu 22.04's Slurm 21.08 "
-            "has no cgroup v2 support), or scheduler: none")
     return out
 
 

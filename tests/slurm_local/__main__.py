@@ -81,13 +81,22 @@ def ensure_packages() -> None:
 
 # ---------------------------------------------------------------------------------------------
 # The local transformation: the only differences between the generated files and what runs here.
+def memory_mib() -> int:
+    """This host's memory as slurmd reports it (MemTotal, MiB), less a margin."""
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            return int(int(line.split()[1]) / 1024 * 0.9)
+    raise Failure("no MemTotal in /proc/meminfo")
+
+
 def localize(conf: str, root: Path, hostname: str, cpus: int) -> str:
-    """slurm.conf for one local node: the controller is this host, the node has this host's CPUs,
+    """slurm.conf for one local node: the controller is this host, the node has this host's CPUs and memory,
     daemons' files live under `root`, and process tracking needs no cgroup delegation (there is no
     systemd here to delegate a cgroup v2 subtree, and this kernel mounts cgroup v1)."""
     swaps = [
         (r"^SlurmctldHost=[^(]+\(", f"SlurmctldHost={hostname}("),
         (r" CPUs=\d+ ", f" CPUs={cpus} "),
+        (r" RealMemory=\d+ ", f" RealMemory={memory_mib()} "),
         (r"^ProctrackType=.*$", "ProctrackType=proctrack/linuxproc"),
         (r"^TaskPlugin=.*$", "TaskPlugin=task/none"),
         (r"^SlurmdSpoolDir=/", f"SlurmdSpoolDir={root}/"),

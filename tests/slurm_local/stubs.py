@@ -39,6 +39,13 @@ fi
 if [ "${1:-}" = is-active ]; then
   [ "$(cat "$STUB_STATE/fabricmanager")" = active ]
 fi
+# `systemctl show -p ActiveState --value nvidia-fabricmanager`; "activating-then-active" answers
+# activating once, then active.
+if [ "${1:-}" = show ]; then
+  state=$(cat "$STUB_STATE/fabricmanager")
+  if [ "$state" = activating-then-active ]; then echo active > "$STUB_STATE/fabricmanager"; state=activating; fi
+  echo "$state"
+fi
 ''',
     # The node's mounts are directories in the harness root; "mounted" = listed in $STUB_STATE/mounts.
     "mountpoint": r'''#!/bin/bash

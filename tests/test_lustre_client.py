@@ -1,0 +1,158 @@
+"""The AWS Lustre client install, run against stub tools: the FSx repository's package for the running
+kernel when there is one; otherwise a kernel of the same flavour that has one, booted once cloud-init is
+done, but only when every driver the node runs is built for it.
+
+The FSx repository builds `lustre-client-modules-<kernel>` per kernel and can trail the kernels the
+images boot (FSx for Lustre user guide, "Installing the Lustre client", Ubuntu).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from components.aws.boot import LUSTRE_CLIENT_SH, REBOOT_UNIT, lustre_mount
+
+RUNNING = "7.0.0-1012-aws"
+COVERED = "6.8.0-1063-aws"
+NVIDIA_PKG = "linux-modules-nvidia-570-server-open-{k}"
+
+STUBS = {
+    "uname": 'echo "$(cat "$STUB/kernel")"\n',
+    "modprobe": 'if [ "$1" = -n ]; then [ -e "$STUB/lustre-loadable" ]; else echo "modprobe $*" >> "$STUB/log"; fi\n',
+    "curl": "echo key\n",
+    "gpg": 'out=""; while [ $# -gt 0 ]; do [ "$1" = -o ] && out=$2; shift; done; cat > "$out"\n',
+    # show: every named package must be in $STUB/available; pkgnames PREFIX: the available names.
+    "apt-cache": r'''case "$1" in
+  show) shift; for p in "$@"; do grep -qxF -- "$p" "$STUB/available" || exit 100; done ;;
+  pkgnames) grep -- "^$2" "$STUB/available" || true ;;
+esac
+''',
+    "apt-get": r'''echo "apt-get $*" >> "$STUB/log"
+if [ "$1" = install ]; then
+  for p in "$@"; do
+    case "$p" in -*|install) ;; *) grep -qxF -- "$p" "$STUB/available" || exit 100; echo "$p" >> "$STUB/installed" ;; esac
+  done
+fi
+''',
+    # -n MODULE: the running kernel's file when the node has it; -k KERNEL -n MODULE: built for KERNEL?
+    "modinfo": r'''if [ "$1" = -k ]; then grep -qxF -- "$2 $4" "$STUB/built"; exit; fi
+grep -qxF -- "$2" "$STUB/drivers" || exit 1
+echo "/lib/modules/$(cat "$STUB/kernel")/kernel/$2.ko"
+''',
+    "dpkg": r'''case "$2" in */nvidia.ko) echo "linux-modules-nvidia-570-server-open-$(cat "$STUB/kernel"): $2" ;; *) exit 1 ;; esac
+''',
+    "update-grub": r''': > "$GRUB_CFG_STUB"
+sed -n 's/^linux-image-//p' "$STUB/installed" | while read -r k; do echo "	menuentry 'Ubuntu, with Linux $k' {" >> "$GRUB_CFG_STUB"; done
+''',
+    "systemctl": 'echo "systemctl $*" >> "$STUB/log"\n',
+}
+
+
+@pytest.fixture
+def node(tmp_path):
+    bin_dir, stub = tmp_path / "bin", tmp_path / "stub"
+    bin_dir.mkdir()
+    stub.mkdir()
+    for name, body in STUBS.items():
+        (bin_dir / name).write_text("#!/bin/bash\n" + body)
+        (bin_dir / name).chmod(0o755)
+    (stub / "kernel").write_text(RUNNING + "\n")
+    (stub / "drivers").write_text("nvidia\nefa\n")
+    for name in ("log", "installed", "built", "available"):
+        (stub / name).write_text("")
+    paths = {"SWITCHED": tmp_path / "var/lustre-kernel", "PENDING": tmp_path / "run/reboot-pending",
+             "GRUB_DROPIN": tmp_path / "grub.d-99.cfg", "GRUB_CFG": tmp_path / "grub.cfg",
+             "KEYRING": tmp_path / "fsx.gpg", "SOURCES": tmp_path / "fsx.list"}
+    script = LUSTRE_CLIENT_SH
+    for name, path in paths.items():
+        line = next(ln for ln in script.splitlines() if ln.startswith(f"{name}="))
+        script = script.replace(line, f"{name}={path}")
+    (tmp_path / "lustre-client").write_text(script)
+    (tmp_path / "lustre-client").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "STUB": str(stub), "GRUB_CFG_STUB": str(paths["GRUB_CFG"])}
+    return tmp_path, stub, paths, env
+
+
+def available(stub: Path, *packages: str) -> None:
+    (stub / "available").write_text("".join(f"{p}\n" for p in packages))
+
+
+def built(stub: Path, *pairs: str) -> None:
+    (stub / "built").write_text("".join(f"{p}\n" for p in pairs))
+
+
+def run(node) -> subprocess.CompletedProcess:
+    root, _, _, env = node
+    return subprocess.run([str(root / "lustre-client")], env=env, capture_output=True, text=True, timeout=60)
+
+
+def installed(stub: Path) -> list[str]:
+    return (stub / "installed").read_text().split()
+
+
+def test_the_running_kernels_client_is_installed_when_the_repository_has_it(node):
+    root, stub, paths, _ = node
+    available(stub, f"lustre-client-modules-{RUNNING}")
+    r = run(node)
+    assert r.returncode == 0, r.stderr
+    assert installed(stub) == [f"lustre-client-modules-{RUNNING}"]
+    assert "modprobe lustre" in (stub / "log").read_text()
+    assert not paths["GRUB_DROPIN"].exists() and not paths["PENDING"].exists()
+    assert "fsx-lustre-client-repo.s3.amazonaws.com/ubuntu" in paths["SOURCES"].read_text()
+
+
+def test_without_one_it_boots_the_newest_covered_kernel_once_cloud_init_is_done(node):
+    root, stub, paths, _ = node
+    newer_without_image = "6.8.0-1070-aws"
+    available(stub, f"lustre-client-modules-{COVERED}", f"lustre-client-modules-{newer_without_image}",
+              "lustre-client-modules-6.8.0-1063-generic", f"linux-image-{COVERED}", f"linux-headers-{COVERED}",
+              f"linux-modules-extra-{COVERED}", NVIDIA_PKG.format(k=COVERED))
+    built(stub, f"{COVERED} nvidia", f"{COVERED} efa")
+    r = run(node)
+    assert r.returncode == 0, r.stderr
+    assert set(installed(stub)) == {f"linux-image-{COVERED}", f"linux-headers-{COVERED}", f"lustre-client-modules-{COVERED}",
+                                    f"linux-modules-extra-{COVERED}", NVIDIA_PKG.format(k=COVERED)}
+    assert paths["GRUB_DROPIN"].read_text() == f'GRUB_DEFAULT="Advanced options for Ubuntu>Ubuntu, with Linux {COVERED}"\n'
+    assert paths["SWITCHED"].read_text() == f"{COVERED}\n" and paths["PENDING"].exists()
+    assert f"systemctl start --no-block {REBOOT_UNIT}" in (stub / "log").read_text()
+    assert f"booting kernel {COVERED}" in r.stdout
+
+
+def test_it_stays_on_its_kernel_when_a_driver_is_not_built_for_the_other(node):
+    root, stub, paths, _ = node
+    available(stub, f"lustre-client-modules-{COVERED}", f"linux-image-{COVERED}", f"linux-headers-{COVERED}",
+              NVIDIA_PKG.format(k=COVERED))
+    built(stub, f"{COVERED} nvidia")  # EFA's DKMS build failed
+    r = run(node)
+    assert r.returncode == 1
+    assert f"driver efa is not built for kernel {COVERED}, so the node stays on kernel {RUNNING}" in r.stderr
+    assert not paths["GRUB_DROPIN"].exists() and not paths["PENDING"].exists()
+    assert "systemctl" not in (stub / "log").read_text()
+
+
+def test_it_switches_once_never_in_a_loop(node):
+    root, stub, paths, _ = node
+    paths["SWITCHED"].parent.mkdir(parents=True)
+    paths["SWITCHED"].write_text(f"{COVERED}\n")
+    available(stub, f"lustre-client-modules-{COVERED}", f"linux-image-{COVERED}", f"linux-headers-{COVERED}")
+    r = run(node)
+    assert r.returncode == 1 and f"switched to kernel {COVERED} for one" in r.stderr
+    assert installed(stub) == []
+
+
+def test_no_covered_kernel_of_its_flavour_says_so(node):
+    root, stub, paths, _ = node
+    available(stub, "lustre-client-modules-6.8.0-1063-generic", "linux-image-6.8.0-1063-generic",
+              "linux-headers-6.8.0-1063-generic", f"lustre-client-modules-{COVERED}")  # no aws image in the archive
+    r = run(node)
+    assert r.returncode == 1
+    assert f"no client for kernel {RUNNING}, nor for any aws kernel in the Ubuntu archive" in r.stderr
+
+
+def test_the_reboot_unit_waits_for_cloud_init_and_ships_with_the_mount():
+    unit = next(f for f in lustre_mount("fs@tcp:/m").files if f["path"].endswith(REBOOT_UNIT))
+    assert "After=cloud-final.service" in unit["content"] and "ExecStart=/usr/bin/systemctl reboot" in unit["content"]
+    assert "[Install]" not in unit["content"], "started only by the client script, never at boot"
