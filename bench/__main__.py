@@ -84,7 +84,8 @@ def growth(results: list[dict]) -> str:
 
 
 def time_make_plan() -> float:
-    """`gpu-cluster plan` of every sample stack, one process (what `make plan` runs after setup)."""
+    """`gpu-cluster plan` of every sample stack, one command (what `make plan` runs after setup; the stacks
+    render in one worker process per core)."""
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         proc = subprocess.run([sys.executable, "-m", "gpu_cluster", "plan", "--out", tmp], cwd=ROOT,
@@ -142,7 +143,7 @@ def main() -> int:
         from gpu_cluster.render import SAMPLE_STACKS
 
         out["plan_s"] = time_make_plan()
-        print(f"\ngpu-cluster plan, the {len(SAMPLE_STACKS)} sample stacks, one process: {out['plan_s']:.1f} s")
+        print(f"\ngpu-cluster plan, the {len(SAMPLE_STACKS)} sample stacks, one command, one worker per core: {out['plan_s']:.1f} s")
     if "check" in parts:
         from bench import check_speed
 

@@ -340,11 +340,11 @@ def _aws(p: _Pricer, plan: Plan) -> None:
         tags = b.props.get("tags") or {}
         hours, count = number(tags.get(BLOCK_HOURS_TAG)), int(number(tags.get(BLOCK_COUNT_TAG)) or 0)
         if hours and count:
-            month_hours = min(hours, HOURS_PER_MONTH)
+            # AWS charges the whole block when it is bought, so this month carries all of it.
             for _ in range(count):
-                p.reserved_node(b, "capacity_block", tags.get(BLOCK_SHAPE_TAG), "capacity_block_hour", month_hours,
-                                "instance-hour", f"bought by this update, paid up front for {hours:.0f} h; the "
-                                f"nodes launch once it starts", hours=month_hours)
+                p.reserved_node(b, "capacity_block", tags.get(BLOCK_SHAPE_TAG), "capacity_block_hour", hours,
+                                "instance-hour", f"bought by this update, all {hours:.0f} h paid up front this "
+                                f"month; the nodes launch once it starts", hours=hours)
     for r in plan.of_type(AWS_ASG):
         lt = template_of(r)
         count = int(number(r.props.get("desiredCapacity")) or number(r.props.get("minSize")) or 0)

@@ -31,8 +31,8 @@ The model (every constant below is stated in the output and in the README):
   the candidate's region (catalog limits `capacity_block`), which AWS recommends for training "for days
   or weeks at a time" (EC2 user guide, "Capacity Blocks for ML"). A block is paid up front for its
   whole length, whatever runs: the candidate takes the node count AWS sells (1, 2, 4, 8, …) and the
-  shortest block that lasts the estimated training hours, and pays for every hour of it. The block ends
-  at its end time, so the output states the hours to spare.
+  shortest block that lasts the estimated training hours plus `BLOCK_OVERHEAD_HOURS`, and pays for every
+  hour of it in the month it is bought, however long the block. The output states the hours to spare.
 - **Ranking**. Candidates that fit memory, time and budget first: the smallest tier that does the job
   (fewer, more available GPUs; lower always-on cost), then the lowest monthly cost, then the fastest.
   Without target_hours no deadline bounds the run, and the smallest tier would win with the slowest
@@ -59,6 +59,11 @@ MFU = 0.40
 BYTES_PER_TOKEN = 4.0
 FLOPS_PER_PARAM_TOKEN = 6
 HOURS_PER_MONTH = 730
+BLOCK_OVERHEAD_HOURS = 1.5
+"""What a Capacity Block must hold beyond the training: EC2 begins terminating its instances 30 minutes
+before it ends (EC2 user guide, "Monitor Capacity Blocks using EventBridge": the warning comes "forty
+minutes before", termination "in 10 minutes"), and an hour for the nodes' first boot (drivers, the
+Lustre client, possibly one reboot) once the block starts."""
 GIB = 2 ** 30
 DEFAULT_REGION = {"aws": "us-east-1", "tencentcloud": "ap-shanghai"}
 """Where candidates are placed unless the workload lists regions: AWS's catalog price region; Tencent's
@@ -285,6 +290,13 @@ def _synthetic_plan(cloud: str, region: str, shape: Shape, nodes: int, purchase:
             add("aws:fsx/lustreFileSystem:LustreFileSystem", "lustre", storageCapacity=storage["lustre"]["capacity_gib"],
                 perUnitStorageThroughput=storage["lustre"]["throughput_per_tib"])
         add("aws:ec2/natGateway:NatGateway", "nat")
+        # The Slurm head node every AWS stack file it writes gets (scheduler: slurm by default there).
+        from components.aws.head import HEAD_ROOT_GB
+        from components.headnode import HEAD_DATA_GB, HEAD_INSTANCE_TYPES, HEAD_ROLE, ROLE_TAG
+
+        add("aws:ec2/instance:Instance", "head", instanceType=HEAD_INSTANCE_TYPES["aws"], tags={ROLE_TAG: HEAD_ROLE},
+            rootBlockDevice={"volumeSize": HEAD_ROOT_GB, "volumeType": "gp3"})
+        add("aws:ebs/volume:Volume", "head-data", size=HEAD_DATA_GB, type="gp3")
     else:
         from components.spec import tencent_turbo_type
 
@@ -317,13 +329,14 @@ def _purchases(w: Workload, cloud: str, shape: Shape, book: PriceBook, region: s
 
 def _block_pick(lo: int, hi: int, fits: Any, hours: Any, target: Optional[float]) -> Optional[tuple[int, int]]:
     """(nodes, block hours) of the cheapest Capacity Block that meets memory and time: a node count AWS
-    sells, the shortest block that lasts the training; fewer nodes on a tie. None when no block does."""
+    sells, the shortest block that lasts the training and BLOCK_OVERHEAD_HOURS; fewer nodes on a tie.
+    None when no block does."""
     from components.spec import shortest_block_hours
 
     picks = []
     for n in catalog.limit("aws", "capacity_block")["instance_counts"]:
         if lo <= n <= hi and fits(n) and (target is None or hours(n) <= target):
-            length = shortest_block_hours(hours(n))
+            length = shortest_block_hours(hours(n) + BLOCK_OVERHEAD_HOURS)
             if length is not None:
                 picks.append((n * length, n, length))
     return min(picks)[1:] if picks else None
@@ -387,11 +400,15 @@ def recommend(w: Workload, book: PriceBook) -> Recommendation:
                                   estimated_price=next((i.as_of or "undated" for i in nodes_lines if i.estimate), ""),
                                   meets_time=w.target_hours is None or hours(nodes) <= w.target_hours)
                     if node_month is not None:
-                        # A block is paid for every hour of it; the pricer priced its first month.
-                        billed = block or c.hours
+                        # A block is paid for every hour of it, all in the month it is bought (the pricer
+                        # priced one month of it); on demand the month holds what runs in it.
                         hourly = node_month / (min(block, HOURS_PER_MONTH) if block else HOURS_PER_MONTH)
-                        run = hourly * billed + fixed * min(billed, HOURS_PER_MONTH) / HOURS_PER_MONTH
-                        month = hourly * min(billed, HOURS_PER_MONTH) + fixed
+                        if block:
+                            run = hourly * block + fixed * min(block, HOURS_PER_MONTH) / HOURS_PER_MONTH
+                            month = hourly * block + fixed
+                        else:
+                            run = hourly * c.hours + fixed * min(c.hours, HOURS_PER_MONTH) / HOURS_PER_MONTH
+                            month = hourly * min(c.hours, HOURS_PER_MONTH) + fixed
                         c.run_cost = rate.convert(run, cost.currency, currency)
                         c.monthly_cost = rate.convert(month, cost.currency, currency)
                         c.within_budget = c.monthly_cost <= w.budget.monthly_limit
@@ -427,8 +444,9 @@ def _why(c: Candidate, w: Workload, cur: str, gpu: dict) -> str:
         return f"over budget: {c.monthly_cost:,.0f} {cur}/month > {w.budget.monthly_limit:,.0f}"
     extra = f"; excludes unpriced {', '.join(sorted(set(c.unpriced)))}" if c.unpriced else ""
     if c.block_hours:
-        extra += (f"; a {c.block_hours}-h Capacity Block, paid in full, {c.block_hours - c.hours:,.1f} h to spare "
-                  f"before it ends")
+        extra += (f"; a {c.block_hours}-h Capacity Block, paid in full when bought, "
+                  f"{c.block_hours - c.hours - BLOCK_OVERHEAD_HOURS:,.1f} h to spare beyond the training, "
+                  f"{BLOCK_OVERHEAD_HOURS:g} h for boot and EC2's early stop")
     if c.estimated_price:
         extra += f"; the node price is an estimate (as of {c.estimated_price})"
     return (f"fits ({mem}), {c.hours:,.0f} h"

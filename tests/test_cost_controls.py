@@ -258,6 +258,15 @@ def test_step_one_buys_the_block_and_launches_no_node(render_cluster):
     assert block_window(datetime.date(2027, 1, 11), 336) == ("2027-01-11T00:00:00Z", "2027-01-26T00:00:00Z")
 
 
+def test_a_block_bought_by_this_update_is_priced_whole_in_its_month(render_cluster):
+    """Six weeks (1,008 h) of block: AWS charges all of it at purchase, not 730 h a month."""
+    plan = render_cluster("aws-reserved", {"capacity": {**BUY["capacity"], "duration_hours": 1008}})
+    cost = pricing.price_plan(plan, load_book(cache=None))
+    lines = [i for i in cost.items if "capacity_block" in i.item]
+    assert [i.quantity for i in lines] == [1008, 1008]
+    assert sum(i.monthly for i in lines) == pytest.approx(2 * 1008 * 39.33, abs=0.1)
+
+
 def test_step_two_launches_the_nodes_into_the_block(sample_plan):
     plan = sample_plan("aws-reserved")
     assert not plan.of_type(BLOCK) and not plan.of_type(PG)  # AWS packs a block's instances itself

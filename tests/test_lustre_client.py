@@ -24,27 +24,40 @@ STUBS = {
     "modprobe": 'if [ "$1" = -n ]; then [ -e "$STUB/lustre-loadable" ]; else echo "modprobe $*" >> "$STUB/log"; fi\n',
     "curl": "echo key\n",
     "gpg": 'out=""; while [ $# -gt 0 ]; do [ "$1" = -o ] && out=$2; shift; done; cat > "$out"\n',
-    # show: every named package must be in $STUB/available; pkgnames PREFIX: the available names.
+    # show: as apt does, success when any named package exists; pkgnames PREFIX: the available names.
     "apt-cache": r'''case "$1" in
-  show) shift; for p in "$@"; do grep -qxF -- "$p" "$STUB/available" || exit 100; done ;;
+  show) shift; for p in "$@"; do grep -qxF -- "$p" "$STUB/available" && exit 0; done; exit 100 ;;
   pkgnames) grep -- "^$2" "$STUB/available" || true ;;
 esac
 ''',
     "apt-get": r'''echo "apt-get $*" >> "$STUB/log"
+if [ "$1" = purge ]; then
+  for p in "$@"; do grep -vxF -- "$p" "$STUB/installed" > "$STUB/installed.new" || true; mv "$STUB/installed.new" "$STUB/installed"; done
+fi
 if [ "$1" = install ]; then
   for p in "$@"; do
     case "$p" in -*|install) ;; *) grep -qxF -- "$p" "$STUB/available" || exit 100; echo "$p" >> "$STUB/installed" ;; esac
   done
 fi
 ''',
-    # -n MODULE: the running kernel's file when the node has it; -k KERNEL -n MODULE: built for KERNEL?
-    "modinfo": r'''if [ "$1" = -k ]; then grep -qxF -- "$2 $4" "$STUB/built"; exit; fi
+    # -n MODULE: the running kernel's file (NVIDIA from a kernel-versioned package, EFA from DKMS);
+    # -k KERNEL -n MODULE: its file for KERNEL, from $STUB/built lines "KERNEL MODULE [intree]".
+    "modinfo": r'''if [ "$1" = -k ]; then
+  if grep -qxF -- "$2 $4" "$STUB/built"; then
+    case "$4" in nvidia) echo "/lib/modules/$2/kernel/nvidia-570/nvidia.ko" ;; *) echo "/lib/modules/$2/updates/dkms/$4.ko" ;; esac
+  elif grep -qxF -- "$2 $4 intree" "$STUB/built"; then echo "/lib/modules/$2/kernel/drivers/$4.ko"
+  else exit 1; fi
+  exit 0
+fi
 grep -qxF -- "$2" "$STUB/drivers" || exit 1
-echo "/lib/modules/$(cat "$STUB/kernel")/kernel/$2.ko"
+case "$2" in nvidia) echo "/lib/modules/$(cat "$STUB/kernel")/kernel/nvidia-570/nvidia.ko" ;;
+  *) echo "/lib/modules/$(cat "$STUB/kernel")/updates/dkms/$2.ko" ;; esac
 ''',
     "dpkg": r'''case "$2" in */nvidia.ko) echo "linux-modules-nvidia-570-server-open-$(cat "$STUB/kernel"): $2" ;; *) exit 1 ;; esac
 ''',
+    # GRUB's 10_linux: the newest kernel first, the rest in the "Advanced options" submenu ($STUB/no-submenu: none).
     "update-grub": r''': > "$GRUB_CFG_STUB"
+[ -e "$STUB/no-submenu" ] || echo "submenu 'Advanced options for Ubuntu' \$menuentry_id_option 'gnulinux-advanced' {" >> "$GRUB_CFG_STUB"
 sed -n 's/^linux-image-//p' "$STUB/installed" | while read -r k; do echo "	menuentry 'Ubuntu, with Linux $k' {" >> "$GRUB_CFG_STUB"; done
 ''',
     "systemctl": 'echo "systemctl $*" >> "$STUB/log"\n',
@@ -131,6 +144,45 @@ def test_it_stays_on_its_kernel_when_a_driver_is_not_built_for_the_other(node):
     assert f"driver efa is not built for kernel {COVERED}, so the node stays on kernel {RUNNING}" in r.stderr
     assert not paths["GRUB_DROPIN"].exists() and not paths["PENDING"].exists()
     assert "systemctl" not in (stub / "log").read_text()
+    assert f"linux-image-{COVERED}" not in installed(stub), "removed, so no later reboot boots it without drivers"
+
+
+def test_the_kernels_own_efa_module_is_not_the_one_dkms_builds(node):
+    """The running EFA module comes from the EFA installer (DKMS, under updates/); the other kernel's
+    in-tree efa.ko does not count."""
+    root, stub, paths, _ = node
+    available(stub, f"lustre-client-modules-{COVERED}", f"linux-image-{COVERED}", f"linux-headers-{COVERED}",
+              NVIDIA_PKG.format(k=COVERED))
+    built(stub, f"{COVERED} nvidia", f"{COVERED} efa intree")
+    r = run(node)
+    assert r.returncode == 1 and f"driver efa is not built for kernel {COVERED}" in r.stderr
+    assert not paths["PENDING"].exists()
+
+
+def test_a_kernel_missing_a_package_is_skipped_for_an_older_complete_one(node):
+    """Every package of a candidate is checked on its own (apt-cache show of several succeeds when one
+    exists): the newest kernel lacks its NVIDIA package, the next one has everything."""
+    root, stub, paths, _ = node
+    older = "6.8.0-1057-aws"
+    available(stub, f"lustre-client-modules-{COVERED}", f"linux-image-{COVERED}", f"linux-headers-{COVERED}",
+              f"lustre-client-modules-{older}", f"linux-image-{older}", f"linux-headers-{older}",
+              NVIDIA_PKG.format(k=older))
+    built(stub, f"{older} nvidia", f"{older} efa")
+    r = run(node)
+    assert r.returncode == 0, r.stderr
+    assert paths["SWITCHED"].read_text() == f"{older}\n" and NVIDIA_PKG.format(k=older) in installed(stub)
+
+
+def test_no_grub_submenu_entry_for_the_kernel_leaves_the_node_as_it_was(node):
+    root, stub, paths, _ = node
+    (stub / "no-submenu").write_text("")
+    available(stub, f"lustre-client-modules-{COVERED}", f"linux-image-{COVERED}", f"linux-headers-{COVERED}",
+              NVIDIA_PKG.format(k=COVERED))
+    built(stub, f"{COVERED} nvidia", f"{COVERED} efa")
+    r = run(node)
+    assert r.returncode == 1 and "GRUB has no entry 'Advanced options for Ubuntu>Ubuntu, with Linux" in r.stderr
+    assert not paths["GRUB_DROPIN"].exists() and not paths["PENDING"].exists()
+    assert f"linux-image-{COVERED}" not in installed(stub)
 
 
 def test_it_switches_once_never_in_a_loop(node):
@@ -154,5 +206,5 @@ def test_no_covered_kernel_of_its_flavour_says_so(node):
 
 def test_the_reboot_unit_waits_for_cloud_init_and_ships_with_the_mount():
     unit = next(f for f in lustre_mount("fs@tcp:/m").files if f["path"].endswith(REBOOT_UNIT))
-    assert "After=cloud-final.service" in unit["content"] and "ExecStart=/usr/bin/systemctl reboot" in unit["content"]
+    assert "After=cloud-final.service gpu-cluster-data.service" in unit["content"] and "ExecStart=/usr/bin/systemctl reboot" in unit["content"]
     assert "[Install]" not in unit["content"], "started only by the client script, never at boot"

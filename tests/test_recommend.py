@@ -106,6 +106,24 @@ def test_a_block_is_the_shortest_length_aws_sells_that_lasts_the_training(hours,
     assert shortest_block_hours(hours) == block
 
 
+def test_a_block_longer_than_a_month_is_paid_in_the_month_it_is_bought(tmp_path, capsys):
+    """AWS charges a Capacity Block in full at purchase: a 17-week block is not 730 h of a month."""
+    from gpu_cluster.recommend import BLOCK_OVERHEAD_HOURS
+
+    w = tmp_path / "w.yaml"
+    w.write_text("workload: {name: long-block, model_params: 70e9, method: pretrain, tokens: 1.5e12, "
+                 "target_hours: 3000, budget: {monthly_limit: 150000, currency: USD}, clouds: [aws], "
+                 "multi_node: true}\n")
+    status, out = run_json(capsys, str(w))
+    blocks = [c for c in out["candidates"] if c["purchase"] == "capacity_block"]
+    assert blocks and all(c["block_hours"] > 730 for c in blocks)
+    price = catalog.prices("aws")["capacity_block_hour"]["p5.48xlarge"]["price"]
+    for c in blocks:
+        assert c["monthly_cost"] >= c["nodes"] * c["block_hours"] * price, "the whole fee in the purchase month"
+        assert c["within_budget"] is False
+        assert c["block_hours"] >= c["hours"] + BLOCK_OVERHEAD_HOURS
+
+
 def test_capacity_blocks_are_offered_only_where_aws_sells_them():
     from gpu_cluster.recommend import _purchases
 

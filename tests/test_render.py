@@ -170,3 +170,33 @@ def test_several_stacks_render_in_worker_processes_to_the_same_plans_as_one_by_o
 def test_jobs_below_one_is_refused_in_one_sentence(tmp_path):
     result = _run_cli("plan", "--stack", "aws-entry", "--jobs", "0", "--out", str(tmp_path))
     assert result.returncode == 2 and "--jobs 0: allowed: 1 or more" in result.stderr
+
+
+DYING_PLAN = """
+import os, sys
+import gpu_cluster.commands.plan as plan_cmd
+from gpu_cluster import cli
+real = plan_cmd.plan_one
+def dying(path, policy_config, prices):
+    if path.name == "Pulumi.aws-entry.yaml":
+        os._exit(3)
+    if path.name == "Pulumi.tencent-entry.yaml":
+        raise SystemExit(4)
+    return real(path, policy_config, prices)
+plan_cmd.plan_one = dying
+sys.exit(cli.main(["plan", "--stack", "aws-entry", "--stack", "tencent-entry", "--stack", "tencent-scheduled",
+                   "--jobs", "2", "--out", sys.argv[1]]))
+"""
+
+
+def test_a_worker_that_dies_is_reported_for_its_stack_and_the_command_ends(tmp_path):
+    """A render that kills its process (os._exit) or raises SystemExit: the stack is named, the command
+    returns 2 instead of waiting for ever, and the stacks around it are planned. (In a fresh process:
+    the workers are forked, and a test runner's own threads must not be forked with them.)"""
+    result = subprocess.run([sys.executable, "-c", DYING_PLAN, str(tmp_path)], cwd=ROOT, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 2, result.stderr
+    assert "Pulumi.aws-entry.yaml: the process rendering it stopped" in result.stderr
+    assert "Pulumi.tencent-entry.yaml" in result.stderr and "SystemExit" in result.stderr
+    assert (tmp_path / "tencent-scheduled.json").is_file(), "the stacks around it are still planned"
+    assert not (tmp_path / "aws-entry.json").exists()

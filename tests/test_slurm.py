@@ -336,6 +336,16 @@ def test_a_failed_check_is_rerun_by_the_timer_until_it_passes(node):
     assert again.returncode == 0 and (st / "metrics.log").read_text() == before, "PASS: nothing re-run"
 
 
+def test_the_recheck_restarts_a_fabric_manager_that_failed_at_boot(node):
+    c, env, st, root = node
+    r, status = _health(node, fabricmanager="failed")
+    assert "nvidia-fabricmanager is failed" in status
+    recheck = _run(root / "bin/health-recheck", scripts.health_recheck_script(c).replace(
+        f"BIN='{c.paths.bin}'", f"BIN='{root}/bin'"), env)
+    assert "systemctl restart nvidia-fabricmanager" in (st / "systemctl.log").read_text()
+    assert "restarting it" in recheck.stdout
+
+
 def test_health_counts_efa_devices_and_mounts(node):
     c = node[0]
     shutil.rmtree(Path(c.paths.infiniband_sysfs) / "rdmap31")

@@ -77,31 +77,56 @@ if [ -s "$SWITCHED" ]; then
   fail "kernel $kernel has no FSx Lustre client, although this node switched to kernel $(cat "$SWITCHED") for one; /lustre stays unmounted"
 fi
 flavour=${kernel#*-*-}
+# The drivers this node runs, and the package of each one that is built per kernel.
+drivers=()
+driver_packages=()
+for module in nvidia efa gdrdrv; do
+  file=$(modinfo -n "$module" 2>/dev/null) || continue
+  drivers+=("$module:$file")
+  owner=$(dpkg -S "$file" 2>/dev/null | cut -d: -f1 || true)
+  case "$owner" in *"$kernel"*) driver_packages+=("$owner") ;; esac
+done
+# One package per `apt-cache show`: given several, it succeeds when any one exists.
+has() { apt-cache show "$1" > /dev/null 2>&1; }
 target=""
+packages=()
 for version in $(apt-cache pkgnames lustre-client-modules- | sed -n "s/^lustre-client-modules-\(.*-$flavour\)\$/\1/p" | sort -V -r); do
-  if apt-cache show "linux-image-$version" "linux-headers-$version" > /dev/null 2>&1; then
+  want=("linux-image-$version" "linux-headers-$version" "lustre-client-modules-$version")
+  for package in "${driver_packages[@]}"; do want+=("${package//$kernel/$version}"); done
+  complete=1
+  for package in "${want[@]}"; do has "$package" || { complete=0; break; }; done
+  if [ "$complete" = 1 ]; then
     target=$version
+    packages=("${want[@]}")
     break
   fi
 done
 [ -n "$target" ] || fail "the FSx Lustre repository has no client for kernel $kernel, nor for any $flavour kernel in the Ubuntu archive; /lustre cannot be mounted"
-packages=("linux-image-$target" "linux-headers-$target" "lustre-client-modules-$target")
-if apt-cache show "linux-modules-extra-$target" > /dev/null 2>&1; then packages+=("linux-modules-extra-$target"); fi
-drivers=()
-for module in nvidia efa gdrdrv; do
-  file=$(modinfo -n "$module" 2>/dev/null) || continue
-  drivers+=("$module")
-  owner=$(dpkg -S "$file" 2>/dev/null | cut -d: -f1 || true)
-  case "$owner" in *"$kernel"*) packages+=("${owner//$kernel/$target}") ;; esac
-done
+if has "linux-modules-extra-$target"; then packages+=("linux-modules-extra-$target"); fi
 apt-get install -y -q "${packages[@]}" || fail "installing kernel $target with its Lustre client failed"
-for module in "${drivers[@]}"; do
-  modinfo -k "$target" -n "$module" > /dev/null 2>&1 \
-    || fail "driver $module is not built for kernel $target, so the node stays on kernel $kernel, which has no FSx Lustre client; /lustre stays unmounted"
+# Without its drivers the other kernel must never boot, not even at a later ordinary reboot.
+undo() { apt-get purge -y -q "linux-image-$target" "linux-headers-$target" > /dev/null 2>&1 || true; }
+for entry in "${drivers[@]}"; do
+  module=${entry%%:*}
+  file=${entry#*:}
+  built=$(modinfo -k "$target" -n "$module" 2>/dev/null) || built=""
+  case "$file:$built" in
+    *:) ;;
+    */updates/*:*/updates/*) continue ;;
+    */updates/*:*) built="" ;;  # only the kernel's own module, not the one DKMS built for this node
+    *) continue ;;
+  esac
+  undo
+  fail "driver $module is not built for kernel $target, so the node stays on kernel $kernel, which has no FSx Lustre client; /lustre stays unmounted"
 done
 printf 'GRUB_DEFAULT="Advanced options for Ubuntu>Ubuntu, with Linux %s"\n' "$target" > "$GRUB_DROPIN"
 update-grub || fail "update-grub failed"
-grep -qF "'Ubuntu, with Linux $target'" "$GRUB_CFG" || fail "GRUB has no entry for kernel $target"
+if ! grep -qF "submenu 'Advanced options for Ubuntu'" "$GRUB_CFG" || ! grep -qF "'Ubuntu, with Linux $target'" "$GRUB_CFG"; then
+  rm -f "$GRUB_DROPIN"
+  update-grub || true
+  undo
+  fail "GRUB has no entry 'Advanced options for Ubuntu>Ubuntu, with Linux $target'; the node stays on kernel $kernel without /lustre"
+fi
 mkdir -p "$(dirname "$SWITCHED")" "$(dirname "$PENDING")"
 echo "$target" > "$SWITCHED"
 touch "$PENDING"
@@ -110,10 +135,11 @@ echo "$NAME: kernel $kernel has no FSx Lustre client; booting kernel $target, wh
 """)
 
 # Reboots the node into the kernel chosen above once cloud-init's final stage (the rest of the first
-# boot: Slurm setup, agents) is done; enabled nowhere, started only by the client script.
+# boot: Slurm setup, agents) is done, and the disk units it started without waiting (a data disk being
+# formatted); enabled nowhere, started only by the client script.
 REBOOT_UNIT_FILE = """[Unit]
 Description=Reboot into the kernel with the FSx Lustre client (gpu-cluster)
-After=cloud-final.service
+After=cloud-final.service gpu-cluster-data.service gpu-cluster-scratch.service
 
 [Service]
 Type=oneshot

@@ -295,7 +295,7 @@ if [ "$FABRIC_MANAGER" = 1 ]; then
   if [ "$fm_state" = active ]; then
     ok "nvidia-fabricmanager active"
   else
-    fail "nvidia-fabricmanager is ${fm_state:-not installed}, not active (required on NVSwitch shapes)"
+    fail "nvidia-fabricmanager is ${fm_state:-unknown to systemd}, not active (required on NVSwitch shapes)"
   fi
 fi
 
@@ -483,6 +483,11 @@ result=$(sed -n 1p "$STATUS_FILE" 2>/dev/null || true)
 if [ "$result" = PASS ]; then
   exit 0
 fi
+# A fabric manager that failed at boot stays failed (systemd does not restart it): once more.
+if [ "$FABRIC_MANAGER" = 1 ] && [ "$(systemctl show -p ActiveState --value nvidia-fabricmanager 2>/dev/null || true)" = failed ]; then
+  echo "health-recheck: nvidia-fabricmanager failed; restarting it"
+  systemctl restart nvidia-fabricmanager || echo "health-recheck: nvidia-fabricmanager did not restart" >&2
+fi
 if "$BIN/node-health" --drain; then
   echo "health-recheck: the health check passes now; the node is resumed"
 else
@@ -495,6 +500,7 @@ def health_recheck_script(c: SlurmCluster) -> str:
     """Run by a systemd timer on every GPU node: the health check again while it fails."""
     return _script("Re-run a failed GPU node health check", {
         "BIN": c.paths.bin, "STATUS_FILE": c.paths.health_status_file,
+        "FABRIC_MANAGER": int(fabric(c.cloud, c.shape.type).fabric_manager),
     }, _RECHECK_BODY)
 
 

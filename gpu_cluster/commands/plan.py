@@ -95,21 +95,60 @@ def plan_one(path: Path, policy_config: Optional[dict], prices: Optional[str]) -
 
 
 def _plan_in_worker(job: tuple[Path, Optional[dict], Optional[str]]) -> tuple[str, Any, Any, Any]:
-    return plan_one(*job)
+    try:
+        return plan_one(*job)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: BLE001 - SystemExit inside a render must not kill the worker silently
+        return "error", (f"{job[0]}: the program stopped under the offline mocks ({type(e).__name__}: {e}); "
+                         f"this is a defect of gpu-cluster, not of the stack file"), None, None
 
 
 def rendered_in_order(paths: list[Path], policy_config: Optional[dict], prices: Optional[str],
                       jobs: int) -> Iterator[tuple[str, Any, Any, Any]]:
     """plan_one for every path, in order. The render is CPU-bound Python, so several stacks render in
-    forked worker processes at once (Linux; elsewhere, and for one stack, in this process)."""
+    forked worker processes at once (Linux; elsewhere, and for one stack, in this process). The workers
+    are forked here, before the caller starts anything else (a progress display's thread): a fork
+    copies only the forking thread, and a lock another thread held would stay locked in the child.
+    A worker that dies is reported for its stack, never waited for."""
     work = [(p, policy_config, prices) for p in paths]
     if jobs <= 1 or len(paths) <= 1 or sys.platform != "linux":
-        yield from map(_plan_in_worker, work)
-        return
+        return map(_plan_in_worker, work)
     import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
 
-    with multiprocessing.get_context("fork").Pool(min(jobs, len(paths))) as pool:
-        yield from pool.imap(_plan_in_worker, work)
+    context = multiprocessing.get_context("fork")
+    pool = ProcessPoolExecutor(min(jobs, len(paths)), mp_context=context)
+    futures = [pool.submit(_plan_in_worker, job) for job in work]  # forks every worker now
+
+    def alone(job: tuple[Path, Optional[dict], Optional[str]]) -> tuple[str, Any, Any, Any]:
+        # A dead worker breaks the whole pool: each stack it took down is tried again in its own process
+        # (the broken pool shut down first), so the one whose render kills its process is the one named.
+        with ProcessPoolExecutor(1, mp_context=context) as single:
+            try:
+                return single.submit(_plan_in_worker, job).result()
+            except BrokenProcessPool:
+                return "error", (f"{job[0]}: the process rendering it stopped; this is a defect of gpu-cluster or "
+                                 f"the machine ran out of memory, not a fault of the stack file"), None, None
+
+    def results() -> Iterator[tuple[str, Any, Any, Any]]:
+        broken = False
+        try:
+            for job, future in zip(work, futures):
+                if not broken:
+                    try:
+                        yield future.result()
+                        continue
+                    except BrokenProcessPool:
+                        broken = True
+                        pool.shutdown(wait=True, cancel_futures=True)
+                finished = future.done() and not future.cancelled() and future.exception() is None
+                yield future.result() if finished else alone(job)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    return results()
 
 
 def run(args: argparse.Namespace) -> int:
