@@ -38,6 +38,14 @@ def run_json(capsys, *argv: str) -> tuple[int, dict]:
     return status, json.loads(capsys.readouterr().out)
 
 
+def recommend_pretrain(tmp_path, capsys, name: str, tokens: float, usd_month: float, extra: str) -> tuple[int, dict]:
+    """`recommend --json` of a 70B pre-training on AWS with `extra` (one more `key: value`)."""
+    w = tmp_path / "w.yaml"
+    w.write_text(f"workload: {{name: {name}, model_params: 70e9, method: pretrain, tokens: {tokens:g}, {extra}, "
+                 f"budget: {{monthly_limit: {usd_month:g}, currency: USD}}, clouds: [aws], multi_node: true}}\n")
+    return run_json(capsys, str(w))
+
+
 def test_startup_scenario_gets_a_stack_that_renders_clean_within_budget(tmp_path, capsys):
     """50 GB of data, ~100 h, 100,000 CNY a month, multi-node, either cloud (a 7B full fine-tune)."""
     stack = tmp_path / "Pulumi.startup-7b.yaml"
@@ -110,11 +118,7 @@ def test_a_block_longer_than_a_month_is_paid_in_the_month_it_is_bought(tmp_path,
     """AWS charges a Capacity Block in full at purchase: a 17-week block is not 730 h of a month."""
     from gpu_cluster.recommend import BLOCK_OVERHEAD_HOURS
 
-    w = tmp_path / "w.yaml"
-    w.write_text("workload: {name: long-block, model_params: 70e9, method: pretrain, tokens: 1.5e12, "
-                 "target_hours: 3000, budget: {monthly_limit: 150000, currency: USD}, clouds: [aws], "
-                 "multi_node: true}\n")
-    status, out = run_json(capsys, str(w))
+    status, out = recommend_pretrain(tmp_path, capsys, "long-block", 1.5e12, 150000, "target_hours: 3000")
     blocks = [c for c in out["candidates"] if c["purchase"] == "capacity_block"]
     assert blocks and all(c["block_hours"] > 730 for c in blocks)
     price = catalog.prices("aws")["capacity_block_hour"]["p5.48xlarge"]["price"]
@@ -233,11 +237,7 @@ def test_regions_restrict_where_candidates_go(capsys, tmp_path):
 
 def test_without_a_target_the_cheapest_whole_run_wins_not_the_slowest_small_tier(tmp_path, capsys):
     """No deadline: the smallest tier would win with a run of years; the run's total cost decides."""
-    w = tmp_path / "w.yaml"
-    w.write_text("workload: {name: untimed, model_params: 70e9, method: pretrain, tokens: 2e12, "
-                 "budget: {monthly_limit: 5000000, currency: USD}, clouds: [aws], criticality: critical, "
-                 "multi_node: true}\n")
-    status, out = run_json(capsys, str(w))
+    status, out = recommend_pretrain(tmp_path, capsys, "untimed", 2e12, 5000000, "criticality: critical")
     assert status == 0
     feasible = [c for c in out["candidates"] if not c["failed"]]
     assert {c["tier"] for c in feasible} >= {"mid", "large"}
