@@ -209,6 +209,12 @@ def test_hello_py_compiles():
 
 
 # --- scripts run against stub tools -------------------------------------------------------------------
+@pytest.fixture(autouse=True)
+def quick_polls(monkeypatch):
+    """The scripts look again every 5 s while they wait; here every 0.2 s."""
+    monkeypatch.setattr(scripts, "POLL_S", 0.2)
+
+
 @pytest.fixture
 def node(tmp_path):
     """A GPU node laid out under tmp_path with stub hardware and cloud tools."""

@@ -37,6 +37,8 @@ HEALTH_REASON_PREFIX = "gpu-cluster-health:"
 SPOT_REASON_PREFIX = "spot-interruption:"
 MUNGE_WAIT_S = 1800
 MOUNT_WAIT_S = 600
+POLL_S = 5
+"""How often the boot scripts look again while they wait (mounts, the fabric manager)."""
 FABRIC_MANAGER_WAIT_S = 180
 """How long the health check waits for nvidia-fabricmanager while it is still `activating` at boot
 (it starts only once it has initialised every NVSwitch)."""
@@ -289,7 +291,7 @@ if [ "$FABRIC_MANAGER" = 1 ]; then
   deadline=$((SECONDS + FM_WAIT_S))
   fm_state=$(systemctl show -p ActiveState --value nvidia-fabricmanager 2>/dev/null || true)
   while [ "$fm_state" = activating ] && [ "$SECONDS" -lt "$deadline" ]; do
-    sleep 5
+    sleep "$POLL_S"
     fm_state=$(systemctl show -p ActiveState --value nvidia-fabricmanager 2>/dev/null || true)
   done
   if [ "$fm_state" = active ]; then
@@ -327,7 +329,7 @@ fi
 # 5. Mounts (waiting for the ones still being attached at boot), then random reads.
 for dir in "${MOUNTS[@]}"; do
   deadline=$((SECONDS + MOUNT_WAIT_S))
-  until mounted "$dir" || [ "$SECONDS" -ge "$deadline" ]; do sleep 5; done
+  until mounted "$dir" || [ "$SECONDS" -ge "$deadline" ]; do sleep "$POLL_S"; done
   if mounted "$dir"; then ok "$dir mounted"; else fail "$dir is not mounted (waited ${MOUNT_WAIT_S}s)"; fi
 done
 for dir in "${FIO_DIRS[@]}"; do
@@ -415,7 +417,7 @@ def node_health_script(c: SlurmCluster) -> str:
         "NVLINK": int(f.nvlink), "NVLINK_LINKS": "" if f.nvlink_links_per_gpu is None else f.nvlink_links_per_gpu,
         "FABRIC_MANAGER": int(f.fabric_manager),
         "RDMA_KIND": rdma_kind, "RDMA_EXPECTED": rdma_expected, "IB_SYSFS": c.paths.infiniband_sysfs,
-        "MOUNT_WAIT_S": MOUNT_WAIT_S, "FM_WAIT_S": FABRIC_MANAGER_WAIT_S,
+        "MOUNT_WAIT_S": MOUNT_WAIT_S, "FM_WAIT_S": FABRIC_MANAGER_WAIT_S, "POLL_S": POLL_S,
         "FIO_SIZE_MIB": fio.size_mib, "FIO_RUNTIME_S": fio.runtime_s, "FIO_BS": fio.block_size,
         "FIO_MIN_IOPS": "" if fio.min_iops is None else fio.min_iops,
         "METRIC_NAMESPACE": c.metric_namespace, "METRIC_NAME": c.metric_name,
@@ -585,7 +587,7 @@ def node_setup_script(c: SlurmCluster) -> str:
 _HEAD_SETUP_BODY = r'''
 for dir in "${WAIT_MOUNTS[@]}"; do
   deadline=$((SECONDS + MOUNT_WAIT_S))
-  until mounted "$dir" || [ "$SECONDS" -ge "$deadline" ]; do sleep 5; done
+  until mounted "$dir" || [ "$SECONDS" -ge "$deadline" ]; do sleep "$POLL_S"; done
   if ! mounted "$dir"; then
     echo "head-setup: $dir is not mounted after ${MOUNT_WAIT_S}s; slurmctld's state must live on it" >&2
     exit 1
@@ -599,7 +601,7 @@ for dir in "${SOFT_MOUNTS[@]}"; do
     break
   fi
   deadline=$((SECONDS + MOUNT_WAIT_S))
-  until mounted "$dir" || [ "$SECONDS" -ge "$deadline" ]; do sleep 5; done
+  until mounted "$dir" || [ "$SECONDS" -ge "$deadline" ]; do sleep "$POLL_S"; done
   if ! mounted "$dir"; then
     echo "head-setup: $dir is not mounted after ${MOUNT_WAIT_S}s; slurmctld starts without the shared directories on it" >&2
     shared=0
@@ -632,7 +634,7 @@ def head_setup_script(c: SlurmCluster, wait_mounts: Sequence[str] | None = None)
     soft_mounts = [c.paths.lustre] if c.lustre and c.paths.lustre not in wait_mounts else []
     return _script("Head node: prepare slurmctld", {
         "BIN": c.paths.bin, "STATE_DIR": c.state_dir, "SLURM_USER": "slurm",
-        "MOUNT_WAIT_S": MOUNT_WAIT_S, "REBOOT_PENDING": REBOOT_PENDING,
+        "MOUNT_WAIT_S": MOUNT_WAIT_S, "POLL_S": POLL_S, "REBOOT_PENDING": REBOOT_PENDING,
     }, _HEAD_SETUP_BODY, [shell.array("WAIT_MOUNTS", wait_mounts), shell.array("SOFT_MOUNTS", soft_mounts),
                           shell.array("SHARED_DIRS", c.shared_dirs), MOUNTED_FUNCTION]
         + [shell.command(cmd) for cmd in o.cli_setup])
