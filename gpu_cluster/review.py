@@ -11,6 +11,7 @@ be replaced or deleted gets a loud warning.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
@@ -276,7 +277,10 @@ def _start_side(tree: Path, stacks: list[str], out: Path) -> tuple[Optional[subp
     args = [sys.executable, "-m", package, "plan", "--out", str(out)]
     for f in present:
         args += ["--stack-file", str(f)]
-    return subprocess.Popen(args, cwd=tree, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), present, ""
+    # The two sides render at once, one process each: a side's own workers would only contend for the cores.
+    env = {**os.environ, "GPU_CLUSTER_JOBS": "1"}
+    return (subprocess.Popen(args, cwd=tree, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env),
+            present, "")
 
 
 def _failures(stderr: str, files: list[Path]) -> dict[str, str]:

@@ -18,6 +18,8 @@ from typing import Any, Iterator, Optional
 from gpu_cluster import files, ui
 from gpu_cluster.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATION, UserError
 
+JOBS_ENV = "GPU_CLUSTER_JOBS"
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="render, price and check stacks into build/plans/",
@@ -31,7 +33,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prices", metavar="FILE", help="price file (negotiated rates) over the price cache and the "
                    "catalog; default: each stack's gpu-cluster:prices key, if any")
     p.add_argument("--jobs", type=int, default=None, metavar="N",
-                   help="stacks rendered at once, each in its own process (default: one per CPU core)")
+                   help="stacks rendered at once, each in its own process (default: $GPU_CLUSTER_JOBS, else one "
+                        "per CPU core)")
     p.set_defaults(run=run)
 
 
@@ -104,6 +107,17 @@ def _plan_in_worker(job: tuple[Path, Optional[dict], Optional[str]]) -> tuple[st
                          f"this is a defect of gpu-cluster, not of the stack file"), None, None
 
 
+def jobs_default() -> int:
+    """`--jobs` when it is not given: GPU_CLUSTER_JOBS (the review sets 1 for each of its two sides,
+    which render at once), else one per CPU core."""
+    value = os.environ.get(JOBS_ENV, "")
+    if value:
+        if not value.isdigit() or int(value) < 1:
+            raise UserError(f"{JOBS_ENV}={value!r}: allowed: a whole number of stacks at once, 1 or more")
+        return int(value)
+    return os.cpu_count() or 1
+
+
 def rendered_in_order(paths: list[Path], policy_config: Optional[dict], prices: Optional[str],
                       jobs: int) -> Iterator[tuple[str, Any, Any, Any]]:
     """plan_one for every path, in order. The render is CPU-bound Python, so several stacks render in
@@ -159,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
     policy_config = load_policy_config(args.policy_config)
     if args.jobs is not None and args.jobs < 1:
         raise UserError(f"--jobs {args.jobs}: allowed: 1 or more stacks at once")
-    jobs = args.jobs or os.cpu_count() or 1
+    jobs = args.jobs or jobs_default()
     paths = stack_files(args.stack, args.stack_file)
     output_names(paths, out)
     status = EXIT_OK
