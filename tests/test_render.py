@@ -170,6 +170,11 @@ def test_several_stacks_render_in_worker_processes_to_the_same_plans_as_one_by_o
 def test_jobs_below_one_is_refused_in_one_sentence(tmp_path):
     result = _run_cli("plan", "--stack", "aws-entry", "--jobs", "0", "--out", str(tmp_path))
     assert result.returncode == 2 and "--jobs 0: allowed: 1 or more" in result.stderr
+    env = {**os.environ, "GPU_CLUSTER_JOBS": "two"}
+    result = subprocess.run([sys.executable, "-m", "gpu_cluster", "plan", "--stack", "aws-entry", "--out", str(tmp_path)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 2 and "GPU_CLUSTER_JOBS='two': allowed: a whole number" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 DYING_PLAN = """
