@@ -403,12 +403,9 @@ def recommend(w: Workload, book: PriceBook) -> Recommendation:
                         # A block is paid for every hour of it, all in the month it is bought (the pricer
                         # priced one month of it); on demand the month holds what runs in it.
                         hourly = node_month / (min(block, HOURS_PER_MONTH) if block else HOURS_PER_MONTH)
-                        if block:
-                            run = hourly * block + fixed * min(block, HOURS_PER_MONTH) / HOURS_PER_MONTH
-                            month = hourly * block + fixed
-                        else:
-                            run = hourly * c.hours + fixed * min(c.hours, HOURS_PER_MONTH) / HOURS_PER_MONTH
-                            month = hourly * min(c.hours, HOURS_PER_MONTH) + fixed
+                        billed = block or c.hours
+                        run = hourly * billed + fixed * min(billed, HOURS_PER_MONTH) / HOURS_PER_MONTH
+                        month = hourly * (billed if block else min(billed, HOURS_PER_MONTH)) + fixed
                         c.run_cost = rate.convert(run, cost.currency, currency)
                         c.monthly_cost = rate.convert(month, cost.currency, currency)
                         c.within_budget = c.monthly_cost <= w.budget.monthly_limit

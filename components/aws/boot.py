@@ -111,9 +111,9 @@ for entry in "${drivers[@]}"; do
   file=${entry#*:}
   built=$(modinfo -k "$target" -n "$module" 2>/dev/null) || built=""
   case "$file:$built" in
-    *:) ;;
+    *:) ;;  # not built for it at all
     */updates/*:*/updates/*) continue ;;
-    */updates/*:*) built="" ;;  # only the kernel's own module, not the one DKMS built for this node
+    */updates/*:*) ;;  # only the kernel's own module, not the one DKMS built for this node
     *) continue ;;
   esac
   undo

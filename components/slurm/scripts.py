@@ -45,6 +45,10 @@ FABRIC_MANAGER_WAIT_S = 180
 DEFAULT_MUNGE_RESTART = ("systemctl", "restart", "munge")
 
 
+FM_STATE_FUNCTION = r'''fm_state() {
+  # nvidia-fabricmanager's ActiveState: active, activating, failed, inactive (also for no such unit).
+  systemctl show -p ActiveState --value nvidia-fabricmanager 2>/dev/null || true
+}'''
 MOUNTED_FUNCTION = r'''mounted() {
   # A real mount, not systemd's automount placeholder (x-systemd.automount in fstab), which
   # `mountpoint` also reports: reaching inside triggers the automount, and an unmountable file system
@@ -289,15 +293,15 @@ fi
 if [ "$FABRIC_MANAGER" = 1 ]; then
   # It may still be starting at boot (it waits for the NVSwitches): wait, bounded, while it does.
   deadline=$((SECONDS + FM_WAIT_S))
-  fm_state=$(systemctl show -p ActiveState --value nvidia-fabricmanager 2>/dev/null || true)
-  while [ "$fm_state" = activating ] && [ "$SECONDS" -lt "$deadline" ]; do
+  fm=$(fm_state)
+  while [ "$fm" = activating ] && [ "$SECONDS" -lt "$deadline" ]; do
     sleep "$POLL_S"
-    fm_state=$(systemctl show -p ActiveState --value nvidia-fabricmanager 2>/dev/null || true)
+    fm=$(fm_state)
   done
-  if [ "$fm_state" = active ]; then
+  if [ "$fm" = active ]; then
     ok "nvidia-fabricmanager active"
   else
-    fail "nvidia-fabricmanager is ${fm_state:-unknown to systemd}, not active (required on NVSwitch shapes)"
+    fail "nvidia-fabricmanager is ${fm:-unknown to systemd}, not active (required on NVSwitch shapes)"
   fi
 fi
 
@@ -424,7 +428,7 @@ def node_health_script(c: SlurmCluster) -> str:
         "METRIC_VALUE": "", "METRIC_DIMENSIONS": "", "METRIC_JSON": "", "INSTANCE_ID": "",
     }
     return _script("GPU node health check", values, _HEALTH_BODY, [
-        shell.array("MOUNTS", mounts), shell.array("FIO_DIRS", fio_dirs), MOUNTED_FUNCTION,
+        shell.array("MOUNTS", mounts), shell.array("FIO_DIRS", fio_dirs), MOUNTED_FUNCTION, FM_STATE_FUNCTION,
         o.metadata_function, shell.function("metric_put", o.metric_put)])
 
 
@@ -486,7 +490,7 @@ if [ "$result" = PASS ]; then
   exit 0
 fi
 # A fabric manager that failed at boot stays failed (systemd does not restart it): once more.
-if [ "$FABRIC_MANAGER" = 1 ] && [ "$(systemctl show -p ActiveState --value nvidia-fabricmanager 2>/dev/null || true)" = failed ]; then
+if [ "$FABRIC_MANAGER" = 1 ] && [ "$(fm_state)" = failed ]; then
   echo "health-recheck: nvidia-fabricmanager failed; restarting it"
   systemctl restart nvidia-fabricmanager || echo "health-recheck: nvidia-fabricmanager did not restart" >&2
 fi
@@ -503,7 +507,7 @@ def health_recheck_script(c: SlurmCluster) -> str:
     return _script("Re-run a failed GPU node health check", {
         "BIN": c.paths.bin, "STATUS_FILE": c.paths.health_status_file,
         "FABRIC_MANAGER": int(fabric(c.cloud, c.shape.type).fabric_manager),
-    }, _RECHECK_BODY)
+    }, _RECHECK_BODY, [FM_STATE_FUNCTION])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -92,9 +92,13 @@ def plan_one(path: Path, policy_config: Optional[dict], prices: Optional[str]) -
     except (UserError, SpecError) as e:
         return "error", f"{path}: {e}", None, None
     except Exception as e:  # noqa: BLE001 - a defect of the program: say where, not a traceback
-        return "error", (f"{path}: the program failed under the offline mocks ({type(e).__name__}: {e}); "
-                         f"this is a defect of gpu-cluster, not of the stack file"), None, None
+        return _defect(path, e)
     return "ok", rendered.stack, plan_doc, report
+
+
+def _defect(path: Path, e: BaseException) -> tuple[str, Any, Any, Any]:
+    return "error", (f"{path}: the program failed under the offline mocks ({type(e).__name__}: {e}); "
+                     f"this is a defect of gpu-cluster, not of the stack file"), None, None
 
 
 def _plan_in_worker(job: tuple[Path, Optional[dict], Optional[str]]) -> tuple[str, Any, Any, Any]:
@@ -103,8 +107,7 @@ def _plan_in_worker(job: tuple[Path, Optional[dict], Optional[str]]) -> tuple[st
     except KeyboardInterrupt:
         raise
     except BaseException as e:  # noqa: BLE001 - SystemExit inside a render must not kill the worker silently
-        return "error", (f"{job[0]}: the program stopped under the offline mocks ({type(e).__name__}: {e}); "
-                         f"this is a defect of gpu-cluster, not of the stack file"), None, None
+        return _defect(job[0], e)
 
 
 def jobs_default() -> int:
