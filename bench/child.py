@@ -57,10 +57,25 @@ def _snake_keys(value):
 
 
 def _import_provider_modules(cloud: str) -> None:
-    """Import what the floors import before their clock (gpu_cluster.render.preload)."""
-    from gpu_cluster.render import preload
+    """Import what the floors import before their clock: our components and the provider submodules
+    they use (the provider SDKs load submodules lazily, on first attribute access)."""
+    import importlib
+    import re
+    from pathlib import Path
 
-    preload(cloud)
+    root = {"aws": "pulumi_aws", "tencentcloud": "tencentcloud_iac_pulumi"}[cloud]
+    alias = {"aws": "aws", "tencentcloud": "tencentcloud"}[cloud]
+    package = Path(__file__).resolve().parent.parent / "components" / cloud
+    used = set()
+    for source in package.glob("*.py"):
+        importlib.import_module(f"components.{cloud}.{source.stem}")
+        used |= set(re.findall(rf"\b{alias}\.([a-z_0-9]+)\.", source.read_text(encoding="utf-8")))
+    for module in sorted(used):
+        try:
+            loaded = importlib.import_module(f"{root}.{module}")
+        except ModuleNotFoundError:  # a match inside a string (e.g. "…aws.amazon.com")
+            continue
+        hasattr(loaded, "__all__")  # the SDKs' lazy modules load on first attribute access
 
 
 def ours(stack: str, nodes: int, plan_out: str) -> dict:

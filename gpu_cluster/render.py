@@ -51,26 +51,6 @@ documentation, "Stacks"; we also refuse a leading period, which would make a hid
 OUR_KEYS = ("gpu-cluster:cluster", "gpu-cluster:prices")
 
 
-def preload(cloud: str) -> None:
-    """Import what a render of `cloud` imports: our components and the provider submodules they use
-    (the provider SDKs load submodules lazily, on first attribute access). The benchmark does it before
-    its clock, on every side it compares."""
-    import importlib
-
-    root = {"aws": "pulumi_aws", "tencentcloud": "tencentcloud_iac_pulumi"}[cloud]
-    package = ROOT / "components" / cloud
-    used = set()
-    for source in sorted(package.glob("*.py")):
-        importlib.import_module(f"components.{cloud}.{source.stem}")
-        used |= set(re.findall(rf"\b{cloud}\.([a-z_0-9]+)\.", source.read_text(encoding="utf-8")))
-    for module in sorted(used):
-        try:
-            loaded = importlib.import_module(f"{root}.{module}")
-        except ModuleNotFoundError:  # a match inside a string (e.g. "…aws.amazon.com")
-            continue
-        hasattr(loaded, "__all__")  # the SDKs' lazy modules load on first attribute access
-
-
 class StackFileError(UserError):
     """A stack file that cannot be read (missing, not YAML, no `config`, a bad provider setting)."""
 
