@@ -58,7 +58,16 @@ def slurm_stack_with(stack: str, changes: Optional[dict] = None, config: Optiona
     return stack_with(stack, changes, config)
 
 
+_SLURM_RENDERED: dict[str, Any] = {}
 _SLURM_CACHE: dict[str, Plan] = {}
+
+
+def slurm_rendered(stack: str):
+    """The render of a sample stack with Slurm (slurm_stack_with), once per test session; its `plan()`
+    makes a new document on each call, so a test may change what it gets."""
+    if stack not in _SLURM_RENDERED:
+        _SLURM_RENDERED[stack] = render(slurm_stack_with(stack))
+    return _SLURM_RENDERED[stack]
 
 
 @pytest.fixture
@@ -67,7 +76,7 @@ def slurm_plan() -> Callable[[str], Plan]:
 
     def get(stack: str) -> Plan:
         if stack not in _SLURM_CACHE:
-            _SLURM_CACHE[stack] = Plan.from_doc(render(slurm_stack_with(stack)).plan())
+            _SLURM_CACHE[stack] = Plan.from_doc(slurm_rendered(stack).plan())
         return _SLURM_CACHE[stack]
 
     return get

@@ -17,7 +17,7 @@ import pytest
 
 from components import catalog
 from components.aws.boot import DATA_VOLUME_TAG, boot_config
-from components.cloudinit import DATA_SCRIPT, MD_DEVICE, SCRATCH_SCRIPT, BootConfig, DataDisk, scripts
+from components.cloudinit import DATA_SCRIPT, DATA_WAIT_SECONDS, MD_DEVICE, SCRATCH_SCRIPT, BootConfig, DataDisk, scripts
 
 EBS = "Amazon Elastic Block Store"
 STORE = "Amazon EC2 NVMe Instance Storage"
@@ -93,8 +93,8 @@ def stubs(tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     programs = {"lsblk": _LSBLK, "blkid": _BLKID, "mountpoint": _MOUNTPOINT, "systemctl": _SYSTEMCTL,
-                "curl": _CURL, "sleep": "#!/bin/sh\nexit 0\n",
-                **{n: _RECORD for n in ("mdadm", "mkfs.xfs", "mount", "mkdir", "chmod")}}
+                "curl": _CURL,
+                **{n: _RECORD for n in ("mdadm", "mkfs.xfs", "mount", "mkdir", "chmod", "sleep")}}
     for name, body in programs.items():
         (bin_dir / name).write_text(body)
         (bin_dir / name).chmod(0o755)
@@ -230,8 +230,12 @@ def test_a_data_volume_with_a_foreign_file_system_is_refused(stubs):
 def test_a_data_volume_that_never_attaches_is_reported(stubs):
     shape = catalog.shape("aws", "g4dn.xlarge")
     layout = aws_layout(shape, data=False)
-    code, err, _ = stubs(scripts(boot_config(shape, "nvme", "p", None, data_disk=True))[DATA_SCRIPT], layout)
-    assert code == 1 and f"serial {VOLUME.replace('-', '')} was not attached" in err
+    script = scripts(boot_config(shape, "nvme", "p", None, data_disk=True))[DATA_SCRIPT]
+    # The script looks for the volume every 5 s for DATA_WAIT_SECONDS; 3 looks prove the same ending.
+    assert f"WAIT={DATA_WAIT_SECONDS}\n" in script
+    code, err, calls = stubs(script.replace(f"WAIT={DATA_WAIT_SECONDS}\n", "WAIT=15\n"), layout)
+    assert code == 1 and f"serial {VOLUME.replace('-', '')} was not attached within 15 s" in err
+    assert [c for c in calls if c[0] == "sleep"] == [["sleep", "5"]] * 3
 
 
 def test_aws_scratch_disk_is_the_blank_ebs_disk_that_is_not_the_data_volume(stubs):

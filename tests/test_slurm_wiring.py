@@ -15,11 +15,11 @@ import yaml
 from components.cloudinit import USER_DATA_LIMIT, decode, encode, size_problem
 from components.headnode import HEAD_INSTANCE_TYPES, HEAD_HOST_OFFSET, head_address
 from components.slurm.conf import SLURMCTLD_PORT
-from conftest import gpu_nodes, head_node, render_plan, slurm_stack_with
+from conftest import gpu_nodes, head_node, render_plan, slurm_rendered, slurm_stack_with
 from conftest import stack_with as stack_with_cluster
 from gpu_cluster.plan import Plan
 from gpu_cluster.policyrun import run_policies
-from gpu_cluster.render import SAMPLE_STACKS, render
+from gpu_cluster.render import SAMPLE_STACKS
 
 AWS_INSTANCE = "aws:ec2/instance:Instance"
 TC_INSTANCE = "tencentcloud:Instance/instance:Instance"
@@ -92,7 +92,7 @@ def keylike(doc: dict) -> set[str]:
 
 @pytest.mark.parametrize("stack", SAMPLE_STACKS)
 def test_every_sample_stack_has_one_head_node_and_a_munge_secret_with_no_value(stack):
-    rendered = render(slurm_stack_with(stack))
+    rendered = slurm_rendered(stack)
     doc = rendered.plan()
     plan = Plan.from_doc(doc)
     head = head_node(plan, instance_type(stack))
@@ -111,12 +111,12 @@ def test_every_sample_stack_has_one_head_node_and_a_munge_secret_with_no_value(s
 
 def test_the_key_search_finds_a_key_where_there_is_one():
     """The search above is not vacuous: a munge key in a resource, or inside a node's user data, is found."""
-    doc = render(slurm_stack_with("aws-entry")).plan()
+    doc = slurm_rendered("aws-entry").plan()
     key = "q3Zr0Xy+4kV9mPbT2wLc8NfHs1JdGe7uYaQ5tRoIzWx6vBnMlKjCiEhUgSpOy0A="  # 46 base64 characters
     secret = next(r for r in doc["deployment"]["resources"] if r["type"] == AWS_SECRET)
     secret["inputs"]["description"] = key
     assert keylike(doc) == {key}
-    doc = render(slurm_stack_with("tencent-entry")).plan()
+    doc = slurm_rendered("tencent-entry").plan()
     node = next(r for r in doc["deployment"]["resources"] if r["type"] == TC_INSTANCE)
     node["inputs"]["userData"] = encode(decode(node["inputs"]["userData"]) + f"# {key}\n")
     assert keylike(doc) == {key}
@@ -206,7 +206,7 @@ def test_tencent_head_node_is_private_in_the_cluster_subnet_with_its_role(slurm_
 
 @pytest.mark.parametrize("stack", ["aws-entry", "tencent-entry"])
 def test_the_fixed_address_is_freed_before_a_new_head_node_takes_it(stack):
-    regs = render(slurm_stack_with(stack)).registrations
+    regs = slurm_rendered(stack).registrations
     heads = [r for r in regs if r.type == instance_type(stack) and r.inputs["tags"].get("gpu-cluster:role") == "head"]
     assert len(heads) == 1 and heads[0].delete_before_replace
     assert not [r.name for r in regs if r.delete_before_replace and r not in heads]
