@@ -8,6 +8,7 @@ value and returns the plan as a `Plan`; components are built inside each test, b
 from __future__ import annotations
 
 import copy
+import json
 import sys
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -42,8 +43,21 @@ def stack_with(stack: str, changes: Optional[dict] = None, config: Optional[dict
     return StackFile(stack=base.stack, path=base.path, config=cfg)
 
 
+_RENDERS: dict[str, Any] = {}
+
+
+def rendered(stack_file: StackFile):
+    """`render(stack_file)`, once per test session for equal stack files (a render is a pure function of
+    the stack file; 39 of 120 renders were repeats). Its `plan()` makes a new document on each call, so a
+    test may change what it gets; a render that fails is not kept, and fails again for the next test."""
+    key = json.dumps([stack_file.stack, str(stack_file.path), stack_file.config], sort_keys=True)
+    if key not in _RENDERS:
+        _RENDERS[key] = render(stack_file)
+    return _RENDERS[key]
+
+
 def render_plan(stack: str, changes: Optional[dict] = None, config: Optional[dict] = None) -> Plan:
-    return Plan.from_doc(render(stack_with(stack, changes, config)).plan())
+    return Plan.from_doc(rendered(stack_with(stack, changes, config)).plan())
 
 
 TENCENT_UBUNTU_IMAGE = "img-u2404gpu"
@@ -58,16 +72,12 @@ def slurm_stack_with(stack: str, changes: Optional[dict] = None, config: Optiona
     return stack_with(stack, changes, config)
 
 
-_SLURM_RENDERED: dict[str, Any] = {}
 _SLURM_CACHE: dict[str, Plan] = {}
 
 
 def slurm_rendered(stack: str):
-    """The render of a sample stack with Slurm (slurm_stack_with), once per test session; its `plan()`
-    makes a new document on each call, so a test may change what it gets."""
-    if stack not in _SLURM_RENDERED:
-        _SLURM_RENDERED[stack] = render(slurm_stack_with(stack))
-    return _SLURM_RENDERED[stack]
+    """The render of a sample stack with Slurm (slurm_stack_with), once per test session (`rendered`)."""
+    return rendered(slurm_stack_with(stack))
 
 
 @pytest.fixture

@@ -150,10 +150,9 @@ def test_critical_mixed_protects_only_the_on_demand_node(render_cluster):
 
 
 def test_nodes_ignore_template_changes_so_a_new_image_never_replaces_them():
-    from conftest import stack_with
-    from gpu_cluster.render import render
+    from conftest import rendered, stack_with
 
-    regs = render(stack_with("aws-large")).registrations
+    regs = rendered(stack_with("aws-large")).registrations
     nodes = [r for r in regs if r.type == "aws:ec2/instance:Instance" and "gpu-cluster:node" in r.inputs["tags"]]
     assert len(nodes) == 2 and all(r.ignore_changes == ["launchTemplate"] for r in nodes)
     assert all(r.inputs["launchTemplate"]["version"] == "$Default" for r in nodes)

@@ -5,8 +5,8 @@ import json
 import pytest
 
 from components.aws.notes import fsx_backup_days
-from conftest import stack_with
-from gpu_cluster.render import render, validate
+from conftest import rendered, stack_with
+from gpu_cluster.render import validate
 
 FSX = "aws:fsx/lustreFileSystem:LustreFileSystem"
 DRA = "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation"
@@ -133,7 +133,7 @@ def test_a_file_system_linked_to_s3_has_no_backups_and_the_plan_says_why(sample_
 def test_the_file_system_waits_for_every_lustre_rule():
     """CreateFileSystem fails with InvalidNetworkSettings when the port-988 rules land after it
     (aws/aws-parallelcluster issue 6181): the file system depends on each of them."""
-    regs = render(stack_with("aws-large")).registrations
+    regs = rendered(stack_with("aws-large")).registrations
     fs = next(r for r in regs if r.type == FSX)
     rules = [r.urn for r in regs if r.type in (INGRESS, "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule")
              and "-lustre-" in r.name]

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import stack_with
+from conftest import rendered, stack_with
 from gpu_cluster import contracts
 from gpu_cluster.contracts import skeleton
 from gpu_cluster.mocks import COMPUTED
-from gpu_cluster.render import SAMPLE_STACKS, render
+from gpu_cluster.render import SAMPLE_STACKS
 
 # Variants that reach the types and functions the samples do not: shared subnets, spot, own images.
 VARIANTS = [(s, {}) for s in SAMPLE_STACKS] + [
@@ -24,9 +24,9 @@ VARIANTS = [(s, {}) for s in SAMPLE_STACKS] + [
 def used() -> tuple[set[str], set[str]]:
     types, functions = set(), set()
     for stack, changes in VARIANTS:
-        rendered = render(stack_with(stack, changes))  # raises ContractError on any broken rule
-        types |= {r.type for r in rendered.registrations if r.custom and not r.type.startswith("pulumi:")}
-        functions |= {token for token, _ in rendered.invokes}
+        result = rendered(stack_with(stack, changes))  # raises ContractError on any broken rule
+        types |= {r.type for r in result.registrations if r.custom and not r.type.startswith("pulumi:")}
+        functions |= {token for token, _ in result.invokes}
     return types, functions
 
 

@@ -18,12 +18,11 @@ from components.aws.compute import block_window, wants_placement_group
 from components.spec import ClusterSpec, SpecError, load_spec, stop_problems
 from components.tencentcloud import costcontrol as tc_controls
 from components.tencentcloud import scf_cost_controls as handler
-from conftest import ROOT, gpu_nodes, head_node, merge, stack_with
+from conftest import ROOT, gpu_nodes, head_node, merge, rendered, stack_with
 from gpu_cluster import pricing
 from gpu_cluster.plan import Plan
 from gpu_cluster.policyrun import run_policies
 from gpu_cluster.prices import load_book
-from gpu_cluster.render import render
 
 AWS = {
     "name": "ft-day", "cloud": "aws", "zone": "us-east-1b", "tier": "entry", "nodes": 1,
@@ -297,7 +296,7 @@ def test_capacity_blocks_are_refused_where_aws_does_not_sell_them():
 
 
 def test_placement_required_credits_a_block_only_with_its_reservation():
-    doc = render(stack_with("aws-reserved")).plan()
+    doc = rendered(stack_with("aws-reserved")).plan()
     for r in doc["deployment"]["resources"]:
         if r["type"] == INSTANCE:
             for side in ("inputs", "outputs"):

@@ -127,11 +127,10 @@ def test_foreign_program_gets_storage_words_not_gpu_rules(tmp_path, capsys):
 
 def test_preview_form_of_a_rendered_plan_is_judged_alike():
     """A first preview of a real render (ids unknown) gets the same verdicts as the resolved render."""
-    from gpu_cluster.render import render
-    from conftest import stack_with
+    from conftest import rendered, stack_with
 
     for stack in ("aws-large", "tencent-large"):
-        doc = render(stack_with(stack, {"purchase": "spot"})).plan()
+        doc = rendered(stack_with(stack, {"purchase": "spot"})).plan()
         resolved = {(v.policy, v.urn) for v in run_policies(Plan.from_doc(doc))}
         assert resolved and resolved == {(v.policy, v.urn) for v in run_policies(Plan.from_doc(preview_form(doc)))}
 

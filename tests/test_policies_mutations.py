@@ -17,8 +17,7 @@ import pytest
 
 from gpu_cluster.plan import Plan
 from gpu_cluster.policyrun import run_policies
-from gpu_cluster.render import render
-from conftest import stack_with
+from conftest import rendered, stack_with
 from policy_fixtures import FORMS, preview_form
 
 _DOCS: dict[str, dict] = {}
@@ -26,7 +25,7 @@ _DOCS: dict[str, dict] = {}
 
 def doc_of(stack: str) -> dict:
     if stack not in _DOCS:
-        _DOCS[stack] = render(stack_with(stack)).plan()
+        _DOCS[stack] = rendered(stack_with(stack)).plan()
     return copy.deepcopy(_DOCS[stack])
 
 

@@ -12,16 +12,16 @@ from gpu_cluster.cli import main
 from gpu_cluster.errors import EXIT_VIOLATION
 from gpu_cluster.plan import Plan
 from gpu_cluster.policyrun import run_policies
-from gpu_cluster.render import SAMPLE_STACKS, render
+from gpu_cluster.render import SAMPLE_STACKS
 
-from conftest import stack_with
+from conftest import rendered, stack_with
 
 _DOCS: dict[str, dict] = {}
 
 
 def doc_of(stack: str) -> dict:
     if stack not in _DOCS:
-        _DOCS[stack] = render(stack_with(stack)).plan()
+        _DOCS[stack] = rendered(stack_with(stack)).plan()
     return copy.deepcopy(_DOCS[stack])
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import importlib
-import os
 import re
 import shutil
 import subprocess

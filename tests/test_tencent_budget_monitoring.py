@@ -3,7 +3,7 @@
 import json
 
 from components.tencentcloud.budget import warn_jsons
-from conftest import gpu_nodes, inputs_of
+from conftest import gpu_nodes
 
 BUDGET = "tencentcloud:Billing/budget:Budget"
 NOTICE = "tencentcloud:Monitor/alarmNotice:AlarmNotice"
@@ -71,12 +71,12 @@ def test_gpu_alarms_idle_two_hours_and_hot_bound_to_every_node(sample_plan):
 
 
 def test_exports():
-    from conftest import slurm_stack_with
-    from gpu_cluster.render import read_stack_file, render, stack_path
+    from conftest import rendered, slurm_stack_with
+    from gpu_cluster.render import read_stack_file, stack_path
     plain = {"vpc_id", "subnet_id", "hpc_cluster_id", "node_ids", "cfs_mount_target", "checkpoint_bucket", "budget_id",
              "connect"}
-    assert set(render(read_stack_file(stack_path("tencent-large"))).outputs) == plain
-    out = render(slurm_stack_with("tencent-large")).outputs
+    assert set(rendered(read_stack_file(stack_path("tencent-large"))).outputs) == plain
+    out = rendered(slurm_stack_with("tencent-large")).outputs
     assert set(out) == plain | {"head_node_id", "head_address", "munge_secret", "connect_head", "submit_job"}
     assert out["hpc_cluster_id"].startswith("hpc-") and len(out["node_ids"]) == 2
     assert out["cfs_mount_target"].endswith("/cfs") and "@tcp0:/" in out["cfs_mount_target"]

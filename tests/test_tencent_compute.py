@@ -170,10 +170,9 @@ def test_critical_mixed_protects_only_the_on_demand_node(render_cluster):
 
 
 def test_nodes_keep_their_image_and_boot_config_when_they_change():
-    from conftest import slurm_stack_with
-    from gpu_cluster.render import render
+    from conftest import rendered, slurm_stack_with
 
-    regs = render(slurm_stack_with("tencent-large")).registrations
+    regs = rendered(slurm_stack_with("tencent-large")).registrations
     nodes = [r for r in regs if r.type == INSTANCE and r.inputs["tags"].get("gpu-cluster:role") != "head"]
     # userDataRaw stays ignored for nodes made before the user data was compressed (they hold it there).
     assert len(nodes) == 2 and all(r.ignore_changes == ["imageId", "userDataRaw", "userData"] for r in nodes)

@@ -29,7 +29,7 @@ from typing import Sequence
 
 from components.cloudinit import REBOOT_PENDING
 from components.slurm import shell
-from components.slurm.clouds import CloudOps, ops
+from components.slurm.clouds import ops
 from components.slurm.conf import SLURMCTLD_PORT, SlurmCluster
 from components.slurm.fabric import fabric, fio_settings, gpu_mem_min_fraction
 

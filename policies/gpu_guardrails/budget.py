@@ -6,7 +6,7 @@ from typing import Any
 
 from pulumi_policy import EnforcementLevel, PolicyConfigSchema, StackValidationPolicy
 
-from .props import UNKNOWN, as_number, as_str, get, items, known, short
+from .props import UNKNOWN, as_number, as_str, get, items, short
 from .stack import StackView, config_value, view_of
 
 AWS_BUDGET = "aws:budgets/budget:Budget"

@@ -9,7 +9,7 @@ from pulumi_policy import EnforcementLevel, PolicyConfigSchema, ResourceValidati
 from .props import UNKNOWN, as_int, as_str, get, items, known, short
 from .shapes import efa_interfaces, is_gpu_type, is_tencent_hcc
 from .stack import (AWS_ASG, AWS_INSTANCE, AWS_LAUNCH_CONFIG, AWS_LAUNCH_TEMPLATE, AWS_PLACEMENT_GROUP,
-                    AWS_SPOT_FLEET, AWS_SPOT_REQUEST, TC_K8S_CLUSTER, Node, Ref, StackView, config_list, config_value,
+                    AWS_SPOT_FLEET, AWS_SPOT_REQUEST, Node, Ref, StackView, config_list, config_value,
                     view_of)
 
 

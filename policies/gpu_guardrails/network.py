@@ -11,8 +11,8 @@ from . import cidrs
 from .props import CLUSTER_TAG, UNKNOWN, as_bool, as_int, as_str, get, items, known, short, tags_of
 from .shapes import is_gpu_type
 from .stack import (AWS_DEFAULT_SUBNET, AWS_INSTANCE, AWS_LAUNCH_CONFIG, AWS_LAUNCH_TEMPLATE, AWS_NODE_GROUP,
-                    AWS_SPOT_FLEET, AWS_SPOT_REQUEST, SUBNET_TYPES, TC_HPC_CLUSTER, TC_INSTANCE, TC_K8S_CLUSTER,
-                    TC_NODE_POOL, TC_SCALING_CONFIG, Node, Ref, StackView, config_list, config_value, is_default_vpc,
+                    AWS_SPOT_FLEET, AWS_SPOT_REQUEST, TC_INSTANCE, TC_K8S_CLUSTER,
+                    TC_NODE_POOL, TC_SCALING_CONFIG, Node, StackView, config_list, config_value, is_default_vpc,
                     view_of)
 
 

@@ -11,7 +11,7 @@ from pulumi_policy import EnforcementLevel, PolicyConfigSchema, ResourceValidati
 
 from .props import UNKNOWN, as_bool, as_int, as_str, get, items, known, short
 from .stack import (AWS_INSTANCE, AWS_LAUNCH_CONFIG, AWS_LAUNCH_TEMPLATE, AWS_SPOT_FLEET, TC_INSTANCE, TC_K8S_CLUSTER,
-                    TC_NODE_POOL, StackView, config_list, config_value, view_of)
+                    TC_NODE_POOL, StackView, config_value, view_of)
 
 AWS_VOLUME = "aws:ebs/volume:Volume"
 AWS_LUSTRE = "aws:fsx/lustreFileSystem:LustreFileSystem"
