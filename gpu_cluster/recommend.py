@@ -27,8 +27,9 @@ The model (every constant below is stated in the output and in the README):
   file system and disks exist for the month the run is in). Costs in another currency than the
   budget's are converted at the book's dated exchange rate, named in the output.
 - **Purchase options**. On demand always; spot where the catalog or the price book has a spot price and
-  the workload is not critical; on AWS an EC2 Capacity Block for ML where the shape is sold in blocks in
-  the candidate's region (catalog limits `capacity_block`), which AWS recommends for training "for days
+  the workload is not critical; on AWS an EC2 Capacity Block for ML where the shape is sold in blocks,
+  placed in a region that sells them (catalog limits `capacity_block`; among the workload's `regions`
+  when it names some), which AWS recommends for training "for days
   or weeks at a time" (EC2 user guide, "Capacity Blocks for ML"). A block is paid up front for its
   whole length, whatever runs: the candidate takes the node count AWS sells (1, 2, 4, 8, …) and the
   shortest block that lasts the estimated training hours plus `BLOCK_OVERHEAD_HOURS`, and pays for every
@@ -211,12 +212,18 @@ def training_tokens(w: Workload) -> float:
     return per_epoch * w.epochs
 
 
-def _placement(cloud: str, shape: Shape, allowed: Optional[tuple[str, ...]], lustre: bool) -> Optional[tuple[str, str]]:
-    """(region, zone) for a shape, or None when it is not sold in an allowed region."""
+def _placement(cloud: str, shape: Shape, allowed: Optional[tuple[str, ...]], lustre: bool,
+               within: Optional[tuple[str, ...]] = None) -> Optional[tuple[str, str]]:
+    """(region, zone) for a shape, or None when it is not sold in an allowed region; `within` narrows
+    the regions to those where a purchase option is sold (a Capacity Block's regions)."""
     sold = catalog.sold_regions(shape)
     if cloud == "tencentcloud" and lustre:
         turbo = catalog.limit("tencentcloud", "cfs_turbo_regions")
         sold = tuple(r for r in sold if r in turbo) if sold else tuple(turbo)
+    if within is not None:
+        sold = tuple(r for r in (sold or within) if r in within)
+        if not sold:
+            return None
     if allowed:
         regions = [r for r in allowed if not sold or r in sold]
     elif sold:
@@ -314,11 +321,16 @@ def _synthetic_plan(cloud: str, region: str, shape: Shape, nodes: int, purchase:
     return Plan.from_doc({"version": 3, "deployment": {"resources": res}})
 
 
-def _purchases(w: Workload, cloud: str, shape: Shape, book: PriceBook, region: str) -> list[str]:
+def _block_regions(cloud: str, shape: Shape) -> tuple[str, ...]:
+    """The regions that sell `shape` in Capacity Blocks (catalog limits `capacity_block`)."""
+    return tuple(catalog.limit("aws", "capacity_block")["offered"].get(shape.type, ())) if cloud == "aws" else ()
+
+
+def _purchases(w: Workload, cloud: str, shape: Shape, book: PriceBook) -> list[str]:
     from gpu_cluster.prices.catalog import spot_discount
 
     out = ["on_demand"]
-    if cloud == "aws" and region in catalog.limit("aws", "capacity_block")["offered"].get(shape.type, ()):
+    if _block_regions(cloud, shape):
         out.append("capacity_block")
     if w.criticality == "critical" or not catalog.limit(cloud, "spot"):
         return out
@@ -366,7 +378,6 @@ def recommend(w: Workload, book: PriceBook) -> Recommendation:
                 place = _placement(cloud, shape, w.regions_of(cloud), bool(storage["lustre"]))
                 if place is None:
                     continue
-                region, zone = place
                 per_gpu_tflops = float(gpu["peak_dense_tflops"]) * 1e12 * MFU
                 have = shape.gpu_mem_gib * USABLE_MEMORY
 
@@ -380,13 +391,16 @@ def recommend(w: Workload, book: PriceBook) -> Recommendation:
                       (w.target_hours is None or hours(n) <= w.target_hours)]
                 fits = [n for n in range(lo, hi + 1) if need(n) <= have]
                 n = ok[0] if ok else (hi if not fits or w.target_hours else fits[0])
-                for purchase in _purchases(w, cloud, shape, book, region):
-                    nodes, block = n, None
+                for purchase in _purchases(w, cloud, shape, book):
+                    nodes, block, region, zone = n, None, *place
                     if purchase == "capacity_block":
+                        # Blocks are sold in fewer regions than the shape: the block goes where it is sold.
+                        block_place = _placement(cloud, shape, w.regions_of(cloud), bool(storage["lustre"]),
+                                                 within=_block_regions(cloud, shape))
                         pick = _block_pick(lo, hi, lambda k: need(k) <= have, hours, w.target_hours)
-                        if pick is None:
+                        if block_place is None or pick is None:
                             continue
-                        nodes, block = pick
+                        (region, zone), (nodes, block) = block_place, pick
                     cost = price_plan(_synthetic_plan(cloud, region, shape, nodes, purchase, storage, block), book)
                     nodes_lines = [i for i in cost.items if i.item.startswith("GPU node")]
                     node_month = None if any(i.monthly is None for i in nodes_lines) else sum(

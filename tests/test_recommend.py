@@ -121,6 +121,10 @@ def test_a_block_longer_than_a_month_is_paid_in_the_month_it_is_bought(tmp_path,
     status, out = recommend_pretrain(tmp_path, capsys, "long-block", 1.5e12, 150000, "target_hours: 3000")
     blocks = [c for c in out["candidates"] if c["purchase"] == "capacity_block"]
     assert blocks and all(c["block_hours"] > 730 for c in blocks)
+    unpriced = [c for c in blocks if c["monthly_cost"] is None]
+    assert all(c["unpriced"] and c["within_budget"] is None for c in unpriced), "no price is never a zero"
+    blocks = [c for c in blocks if c["shape"] == "p5.48xlarge"]
+    assert blocks
     price = catalog.prices("aws")["capacity_block_hour"]["p5.48xlarge"]["price"]
     for c in blocks:
         assert c["monthly_cost"] >= c["nodes"] * c["block_hours"] * price, "the whole fee in the purchase month"
@@ -128,17 +132,32 @@ def test_a_block_longer_than_a_month_is_paid_in_the_month_it_is_bought(tmp_path,
         assert c["block_hours"] >= c["hours"] + BLOCK_OVERHEAD_HOURS
 
 
-def test_capacity_blocks_are_offered_only_where_aws_sells_them():
+def test_capacity_blocks_are_offered_only_where_aws_sells_them(tmp_path, capsys):
+    """A block goes to a region that sells the shape in blocks, even when the shape's on-demand
+    candidate sits elsewhere (p4d and p5e blocks are not sold in us-east-1), and stays within the
+    workload's `regions`; shapes AWS does not sell in blocks, and Tencent shapes, get none."""
+    offered = catalog.limit("aws", "capacity_block")["offered"]
+    status, out = recommend_pretrain(tmp_path, capsys, "blocks", 1.5e12, 150000, "target_hours: 3000")
+    blocks = [c for c in out["candidates"] if c["purchase"] == "capacity_block"]
+    assert blocks and all(c["region"] in offered[c["shape"]] for c in blocks)
+    assert all(c["zone"].startswith(c["region"]) for c in blocks)
+    shapes = {c["shape"]: c["region"] for c in blocks}
+    assert shapes.get("p5e.48xlarge") == "us-east-2", "p5e blocks are sold in us-east-2 only"
+    on_demand = {c["shape"]: c["region"] for c in out["candidates"] if c["purchase"] == "on_demand"}
+    assert on_demand["p5e.48xlarge"] == "us-east-1", "on demand, the shape stays in the default region"
+    status, out = recommend_pretrain(tmp_path, capsys, "blocks", 1.5e12, 150000,
+                                     "target_hours: 3000, regions: {aws: [us-east-1]}")
+    blocks = [c for c in out["candidates"] if c["purchase"] == "capacity_block"]
+    assert {c["region"] for c in out["candidates"]} == {"us-east-1"}
+    assert {c["shape"] for c in blocks} == {s for s, regions in offered.items() if "us-east-1" in regions} & \
+        {c["shape"] for c in out["candidates"]}
+
     from gpu_cluster.recommend import _purchases
 
     w = load(EXAMPLES / "startup-seed.yaml")
     book = catalog_book()
-    p5, g5 = catalog.shape("aws", "p5.48xlarge"), catalog.shape("aws", "g5.xlarge")
-    assert "capacity_block" in _purchases(w, "aws", p5, book, "us-east-1")
-    assert "capacity_block" not in _purchases(w, "aws", p5, book, "eu-west-1")
-    assert "capacity_block" not in _purchases(w, "aws", g5, book, "us-east-1")
-    hcc = catalog.shape("tencentcloud", "HCCPNV6.96XLARGE2304")
-    assert "capacity_block" not in _purchases(w, "tencentcloud", hcc, book, "ap-shanghai")
+    assert "capacity_block" not in _purchases(w, "aws", catalog.shape("aws", "g5.xlarge"), book)
+    assert "capacity_block" not in _purchases(w, "tencentcloud", catalog.shape("tencentcloud", "HCCPNV6.96XLARGE2304"), book)
 
 
 def test_a_7b_lora_fine_tune_lands_on_the_entry_tier(capsys):
