@@ -290,17 +290,13 @@ class Capacity(_Model):
         default=None, min_length=1, description="odcr / capacity_block: use this existing reservation (cr-…) instead of making one.")
     months: Optional[StrictInt] = Field(
         default=None, description="prepaid: the term in months (1-12, 24, 36, 48 or 60). Default 1.")
-    auto_renew: StrictBool = Field(default=True, description="prepaid: renew each term automatically.")
+    auto_renew: StrictBool = Field(default=True, description="prepaid: renew automatically when the term ends, one month at a time (Tencent renews monthly).")
 
-    def awaiting_block(self, today: Optional[datetime.date] = None) -> bool:
-        """Whether the nodes wait for a Capacity Block: not bought yet, or bought and not started (EC2
-        launches into a block only once it is active)."""
-        if self.type != "capacity_block":
-            return False
-        if not self.reservation_id:
-            return True
-        today = today or datetime.datetime.now(datetime.timezone.utc).date()
-        return self.start_date is not None and self.start_date > today
+    def awaiting_block(self) -> bool:
+        """Whether the nodes wait for a Capacity Block this update buys (step 1). Once bought
+        (reservation_id), the nodes wait for its state to be active, which only AWS knows: the AWS
+        compute component reads it at deploy time."""
+        return self.type == "capacity_block" and not self.reservation_id
 
 
 class ClusterSpec(_Model):

@@ -49,7 +49,8 @@ _RENDERS: dict[str, Any] = {}
 def rendered(stack_file: StackFile):
     """`render(stack_file)`, once per test session for equal stack files (a render is a pure function of
     the stack file; 39 of 120 renders were repeats). Its `plan()` makes a new document on each call, so a
-    test may change what it gets; a render that fails is not kept, and fails again for the next test."""
+    test may change what it gets; a render that fails is not kept, and fails again for the next test.
+    A test that changes the mocks' answers calls `render` itself."""
     key = json.dumps([stack_file.stack, str(stack_file.path), stack_file.config], sort_keys=True)
     if key not in _RENDERS:
         _RENDERS[key] = render(stack_file)

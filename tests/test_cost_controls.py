@@ -228,6 +228,9 @@ def test_aws_budget_stop_is_a_budgets_action_on_the_nodes(sample_plan):
     [attach] = _policy(plan, "budget-hold-policy")["Statement"]
     assert attach["Resource"] == scheduler_role.outputs["arn"]
     assert attach["Condition"] == {"ArnEquals": {"iam:PolicyARN": deny.outputs["arn"]}}
+    # Budgets attaches the deny outside the stack: a destroy deletes the role first, detaching it, and
+    # only then the policy (IAM refuses to delete an attached policy).
+    assert scheduler_role.inputs["forceDetachPolicies"] is True and deny.urn in scheduler_role.dependencies
 
 
 def test_a_stack_without_controls_has_no_control_resources(sample_plan):
@@ -279,9 +282,36 @@ def test_step_two_launches_the_nodes_into_the_block(sample_plan):
     assert not wants_placement_group(2, "large", "capacity_block")
 
 
-def test_a_bought_block_launches_nothing_before_its_start(render_cluster):
-    plan = render_cluster("aws-reserved", {"capacity": {"start_date": SOON}})
+BLOCK_LOOKUP = "aws:ec2/getCapacityBlockReservation:getCapacityBlockReservation"
+
+
+def _with_block(monkeypatch, **answer) -> tuple[Plan, list]:
+    """aws-reserved rendered while AWS answers the block lookup with `answer` (not the session cache:
+    the mock differs)."""
+    from gpu_cluster import mocks
+    from gpu_cluster.render import render
+
+    normal = mocks.LOOKUPS[BLOCK_LOOKUP]
+    monkeypatch.setitem(mocks.LOOKUPS, BLOCK_LOOKUP, lambda args: {**normal(args), **answer})
+    result = render(stack_with("aws-reserved"))
+    return Plan.from_doc(result.plan()), [a for t, a in result.invokes if t == BLOCK_LOOKUP]
+
+
+@pytest.mark.parametrize("state", ["scheduled", "payment-pending", "expired"])
+def test_a_bought_block_launches_nothing_until_aws_says_it_is_active(monkeypatch, state):
+    """The start is a time of day and may come after start_date: the nodes wait for the state itself."""
+    plan, calls = _with_block(monkeypatch, state=state)
     assert not gpu_nodes(plan, INSTANCE) and not plan.of_type(BLOCK)
+    assert calls == [{"id": "cr-0a1b2c3d4e5f60718", "filters": [
+        {"name": "instance-type", "values": ["p5.48xlarge"]}, {"name": "availability-zone", "values": ["us-east-1a"]}]}]
+    plan, _ = _with_block(monkeypatch, state="active")
+    assert len(gpu_nodes(plan, INSTANCE)) == 2
+
+
+def test_a_block_smaller_than_the_cluster_fails_the_render_in_one_sentence(monkeypatch):
+    with pytest.raises(Exception, match=r"cluster.nodes=2: the Capacity Block cr-0a1b2c3d4e5f60718 holds 1 "
+                                         r"instance\(s\); allowed: up to 1"):
+        _with_block(monkeypatch, instanceCount=1)
 
 
 def test_capacity_blocks_are_refused_where_aws_does_not_sell_them():
@@ -338,6 +368,13 @@ def test_tencent_controls_are_one_function_with_timer_triggers(slurm_plan):
     assert package.read("index.py") == Path(handler.__file__).read_bytes()
     zone = zoneinfo.ZoneInfo.from_file(io.BytesIO(package.read("zone.tzif")))
     assert datetime.datetime(2027, 1, 1, tzinfo=zone).utcoffset() == datetime.timedelta(hours=8)
+    # CreateFunction takes letters, digits, spaces, commas, newlines and periods in a description.
+    assert fn["description"] == "gpu cluster tc lab, run windows and idle stop"
+    from gpu_cluster import contracts
+
+    [problem] = contracts.check_resource(SCF, "f", {**fn, "description": "gpu-cluster tc-lab: run windows"})
+    assert "argument description='gpu-cluster tc-lab: run windows' does not match the documented form" in problem
+    assert not contracts.check_resource(SCF, "f", {**fn, "description": "训练集群, 按时启停."})
 
 
 def test_tencent_function_role_may_only_touch_the_cluster_nodes(slurm_plan):
@@ -365,6 +402,11 @@ def test_tencent_prepaid_nodes_carry_the_term_and_renewal(sample_plan):
         assert node.inputs["instanceChargeTypePrepaidPeriod"] == 3
         assert node.inputs["instanceChargeTypePrepaidRenewFlag"] == "NOTIFY_AND_AUTO_RENEW"
     assert not sample_plan("tencent-prepaid").of_type(SCF)
+    # The flag renews month by month after the first term (provider doc instance v1.82.42): the plan says so.
+    stack = stack_with("tencent-prepaid")
+    cluster = load_spec(stack.config["gpu-cluster:cluster"], {"tencentcloud": stack.config["tencentcloud:region"]})
+    [note] = [n for n in cluster.notes if "capacity.type=prepaid" in n]
+    assert "a first term of 3 month(s), then renewed automatically one month at a time" in note
 
 
 def test_edge_minutes_follow_the_zone_offset():
@@ -442,6 +484,18 @@ def test_edges_follow_daylight_saving_in_the_schedule_zone():
     summer = datetime.datetime(2027, 7, 5, 7, 0, tzinfo=datetime.timezone.utc).timestamp()  # 09:00 CEST
     assert handler.edge_now(events, paris, winter) == "start" == handler.edge_now(events, paris, summer)
     assert handler.edge_now(events, paris, winter - 3600) is None
+
+
+def test_a_late_or_retried_invocation_still_acts_on_the_edge_it_missed():
+    """SCF retries a failed asynchronous invocation in the background: 10 minutes after a start edge the
+    function still starts the stopped nodes; half an hour after it, it leaves them alone."""
+    cloud = FakeCloud({"ins-a": "STOPPED", "ins-b": "RUNNING"})
+    assert handler.run(CONFIG, "windows", cloud, at(2027, 3, 1, 9, 10), SHANGHAI) == {
+        "windows": "start", "instances": ["ins-a"]}  # Monday, 10 minutes after 09:00
+    late = FakeCloud({"ins-a": "STOPPED", "ins-b": "RUNNING"})
+    assert handler.run(CONFIG, "windows", late, at(2027, 3, 1, 9, 30), SHANGHAI) == {"windows": "no window edge now"}
+    events = [["start", [0], 9 * 60], ["stop", [0], 9 * 60 + 5]]  # the latest edge wins
+    assert handler.edge_now(events, SHANGHAI, at(2027, 3, 1, 9, 8)) == "stop"
 
 
 def test_idle_stop_stops_only_running_nodes_idle_in_every_period():

@@ -234,14 +234,16 @@ class Compute(pulumi.ComponentResource):
         self.role_arn = role.arn
 
         self.node_ids = []
-        self.awaiting_block = args.capacity is not None and args.capacity.awaiting_block()
         # Buying a Capacity Block and launching into it are two updates: EC2 launches instances into a
         # block only once it is active, at its start (EC2 user guide, "Use Capacity Blocks":
         # docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-blocks-using.html), while the purchase
         # completes as soon as the block is scheduled (ec2_capacity_block_reservation.go waits for
-        # active or scheduled). The first update buys it; with capacity.reservation_id set, updates
-        # before the block's start_date launch nothing and the first one on or after it launches the
-        # nodes (components/aws/notes.py says so in the plan).
+        # active or scheduled). The first update buys it; with capacity.reservation_id set, each update
+        # reads the block's state and launches the nodes only once it is active (components/aws/notes.py
+        # says so in the plan). A block starts at a time of day, and may start after start_date.
+        state = self._block_state(args)
+        self.awaiting_block = args.capacity is not None and (
+            args.capacity.awaiting_block() or (state is not None and state != "active"))
         for i in range(0 if self.awaiting_block else args.nodes):
             volume = args.data_volume_ids[i] if i < len(args.data_volume_ids) else None
             node = self._node(name, i, args, template, volume)
@@ -258,6 +260,25 @@ class Compute(pulumi.ComponentResource):
             "launch_template_id": self.launch_template_id,
             "role_arn": self.role_arn,
         })
+
+    def _block_state(self, args: ComputeArgs) -> Optional[str]:
+        """The state of the bought Capacity Block the stack names (None for other capacity). The lookup
+        filters by the cluster's instance type and zone: a wrong id, or a block of another shape or
+        zone, matches nothing and fails the preview before anything is created
+        (ec2_capacity_block_reservation_data_source.go), instead of failing RunInstances after the
+        network, file system and head node exist."""
+        cap = args.capacity
+        if cap is None or cap.type != "capacity_block" or not cap.reservation_id:
+            return None
+        block = aws.ec2.get_capacity_block_reservation(
+            id=cap.reservation_id,
+            filters=[aws.ec2.GetCapacityBlockReservationFilterArgs(name="instance-type", values=[args.shape.type]),
+                     aws.ec2.GetCapacityBlockReservationFilterArgs(name="availability-zone", values=[args.zone])],
+            opts=pulumi.InvokeOptions(parent=self))
+        if block.instance_count is not None and block.instance_count < args.nodes:
+            raise pulumi.RunError(f"cluster.nodes={args.nodes}: the Capacity Block {cap.reservation_id} holds "
+                                  f"{block.instance_count} instance(s); allowed: up to {block.instance_count}")
+        return block.state
 
     def _reservation(self, name: str, args: ComputeArgs,
                      group: Optional[aws.ec2.PlacementGroup]) -> Optional[pulumi.Output[str]]:

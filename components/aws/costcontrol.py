@@ -67,6 +67,13 @@ class CostControls(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         self.schedule_names: list[pulumi.Output[str]] = []
         self.scheduler_role: Optional[aws.iam.Role] = None
+        # The hold's deny policy exists before the scheduler role and goes after it: AWS Budgets attaches
+        # it to the role outside the stack, IAM refuses to delete an attached policy (the provider's policy
+        # delete does not detach it), and the role is deleted with force_detach_policies, which detaches
+        # it. So a destroy after the hold fired still works.
+        self._deny: Optional[aws.iam.Policy] = None
+        if args.schedule is not None and args.stop_at_pct is not None:
+            self._deny = self._hold_policy(name, args, child)
         if args.schedule is not None:
             self.scheduler_role = self._schedules(name, args, child)
         if args.idle_stop is not None:
@@ -79,7 +86,8 @@ class CostControls(pulumi.ComponentResource):
         role_name = f"{name}-scheduler-role"
         role = aws.iam.Role(role_name, assume_role_policy=assume_role_policy("scheduler.amazonaws.com"),
                             description=f"Starts and stops the nodes of {args.cluster_name} in their run windows",
-                            tags=tagged(args.tags, role_name), opts=child)
+                            force_detach_policies=True, tags=tagged(args.tags, role_name),
+                            opts=pulumi.ResourceOptions(parent=self, depends_on=[self._deny] if self._deny else []))
         policy = aws.iam.RolePolicy(
             f"{name}-scheduler-start-stop", role=role.id,
             policy=policy_output([
@@ -180,21 +188,24 @@ class CostControls(pulumi.ComponentResource):
                     region=args.region)),
             tags=tagged(args.tags, f"{name}-budget-stop"),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[policy]), **common)
-        if self.scheduler_role is not None:
-            self._hold_starts(name, args, role, common, child)
+        if self.scheduler_role is not None and self._deny is not None:
+            self._hold_starts(name, args, role, self._deny, common, child)
 
-    def _hold_starts(self, name: str, args: CostControlArgs, budget_role: aws.iam.Role, common: dict,
-                     child: pulumi.ResourceOptions) -> None:
-        """Keep the run windows from starting the stopped nodes again: at the same threshold a second
-        action attaches a Deny of ec2:StartInstances to the scheduler's role (AWS Budgets API,
-        "IamActionDefinition"), which stays until the action is reversed."""
+    def _hold_policy(self, name: str, args: CostControlArgs, child: pulumi.ResourceOptions) -> aws.iam.Policy:
+        """The Deny of ec2:StartInstances on the nodes that the budget hold attaches to the scheduler's role."""
         deny_name = f"{name}-hold-starts"
-        deny = aws.iam.Policy(
+        return aws.iam.Policy(
             deny_name, description=f"Attached by AWS Budgets at {args.stop_at_pct} %: the run windows of "
                                    f"{args.cluster_name} may not start its nodes",
             policy=policy_output([{"Sid": "NoStartsOverBudget", "Effect": "Deny", "Action": ["ec2:StartInstances"],
                                    "Resource": _instance_arns(args)}]),
             tags=tagged(args.tags, deny_name), opts=child)
+
+    def _hold_starts(self, name: str, args: CostControlArgs, budget_role: aws.iam.Role, deny: aws.iam.Policy,
+                     common: dict, child: pulumi.ResourceOptions) -> None:
+        """Keep the run windows from starting the stopped nodes again: at the same threshold a second
+        action attaches a Deny of ec2:StartInstances to the scheduler's role (AWS Budgets API,
+        "IamActionDefinition"), which stays until the action is reversed."""
         attach = aws.iam.RolePolicy(
             f"{name}-budget-hold-policy", role=budget_role.id,
             policy=policy_output([{

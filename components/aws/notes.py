@@ -113,16 +113,16 @@ def cost_control_notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
                    f"{shape.type} for {cap.duration_hours} h from {cap.start_date} (paid up front, cannot be "
                    f"cancelled: `pulumi destroy` only forgets it, provider doc ec2_capacity_block_reservation) and "
                    f"launches no GPU node, because EC2 launches into a block only once it is active. Then set "
-                   f"capacity.reservation_id to the stack output capacity_reservation_id, keeping start_date: "
-                   f"updates before the start launch nothing, and the first `pulumi up` on or after the start day "
-                   f"(blocks start and end at 11:30 UTC) launches the nodes (EC2 user guide, \"Find and purchase "
-                   f"Capacity Blocks\", \"Use Capacity Blocks\")")
+                   f"capacity.reservation_id to the stack output capacity_reservation_id: updates launch the "
+                   f"nodes only once the block is active (blocks start at 11:30 UTC, EC2 user guide, \"Find and "
+                   f"purchase Capacity Blocks\", \"Use Capacity Blocks\")")
     elif cap.type == "capacity_block":
-        waiting = cap.awaiting_block()
         out.append(f"capacity.type=capacity_block: the Capacity Block {cap.reservation_id} is bought (the stack no "
-                   f"longer holds the purchase); "
-                   + (f"it starts on {cap.start_date}, so this update launches no node: run `pulumi up` again on or "
-                      f"after that day" if waiting else "the nodes launch into it")
-                   + "; EC2 starts terminating instances in a block 30 minutes before it ends, so keep checkpoints "
-                     "on /lustre, /data or the bucket (EC2 user guide, \"Use Capacity Blocks\")")
+                   f"longer holds the purchase). Each update reads it (data source "
+                   f"aws_ec2_capacity_block_reservation, filtered by {shape.type} and {spec.zone}: a wrong id or a "
+                   f"block of another shape or zone fails the preview, before anything is created) and launches the "
+                   f"nodes only while its state is active; before its start (11:30 UTC on its start day) an update "
+                   f"launches none, so run `pulumi up` again then. This offline plan shows the block active. EC2 "
+                   f"starts terminating instances in a block 30 minutes before it ends, so keep checkpoints on "
+                   f"/lustre, /data or the bucket (EC2 user guide, \"Use Capacity Blocks\")")
     return out

@@ -39,9 +39,12 @@ from components.tencentcloud.cam import service_role_document
 
 RUNTIME = "Python3.9"
 """Set explicitly: the provider's default is Python2.7 and it sends any string (resource_tc_scf_function.go
-has no ValidateFunc); Python3.9 is in the CreateFunction API model of the provider's vendored SDK and in
-its scf_trigger example (terraform-provider-tencentcloud, vendor/.../scf/v20180416/models.go)."""
-TIMEOUT_S = 60
+has no ValidateFunc). Python 3.9 is a current SCF runtime (SCF documentation, "Runtime Environment",
+tencentcloud.com/document/product/583/40323, which lists Python 3.10, 3.9, 3.7, 3.6 and 2.7); the vendored
+SDK's API model of v1.82.42 predates it and lists older ones only."""
+TIMEOUT_S = 300
+"""Each API call may take up to 20 s (handler HTTP timeout), and idle stop of 64 nodes makes seven
+GetMonitorData calls besides the describe and stop; the provider allows 1-900 s."""
 IDLE_CRON = "0 */5 * * * * *"
 """Every 5 minutes: seconds minutes hours day month week year (SCF documentation, "Timer trigger",
 cron syntax 1 with seven fields)."""
@@ -168,7 +171,8 @@ class CostControls(pulumi.ComponentResource):
         function = tencentcloud.scf.Function(
             f"{prefix}-cost-controls",
             name=f"{prefix}-cost-controls",
-            description=f"gpu-cluster {prefix}: run windows and idle stop",
+            # Letters, digits, spaces, commas and periods only (the contract's pattern, from the API model).
+            description=f"gpu cluster {prefix.replace('-', ' ')}, run windows and idle stop",
             runtime=RUNTIME,
             handler="index.main",
             timeout=TIMEOUT_S,

@@ -45,7 +45,8 @@ def notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
                         "start\"), for the munge key")
     if spec.schedule is not None or spec.idle_stop is not None:
         services.append("Serverless Cloud Function with its SCF_QcsRole service role, for the cost controls "
-                        "(unconfirmed that a function without it fails)")
+                        "(the SCF API has the error FailedOperation.QcsRoleNotFound; a sub-account that deploys "
+                        f"also needs cam:PassRole on the role {spec.name}-cost-controls, which the function runs as)")
     out.append("one-time account setup before the first `pulumi up`: activate " + "; ".join(services))
     if spec.storage.lustre is not None:
         out.append("storage.lustre: the CFS Turbo file system gets a snapshot policy; Tencent's pages disagree on "
@@ -106,8 +107,10 @@ def cost_control_notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
                    "intl.cloud.tencent.com/document/product/213/19918)")
     if spec.capacity.type == "prepaid":
         months = spec.capacity.months or 1
-        renew = "renewed automatically" if spec.capacity.auto_renew else "not renewed automatically (a reminder only)"
-        out.append(f"capacity.type=prepaid: monthly prepaid nodes, {months} month(s) a term, {renew}. Tencent Cloud "
+        renew = ("then renewed automatically one month at a time (provider doc instance v1.82.42, "
+                 "instance_charge_type_prepaid_renew_flag: NOTIFY_AND_AUTO_RENEW renews \"on a monthly basis\")"
+                 if spec.capacity.auto_renew else "not renewed automatically (a reminder only)")
+        out.append(f"capacity.type=prepaid: monthly prepaid nodes, a first term of {months} month(s), {renew}. Tencent Cloud "
                    f"International sells CVM only pay-as-you-go (provider doc instance v1.82.42: \"TencentCloud "
                    f"International only supports POSTPAID_BY_HOUR and CDHPAID\"), so this needs a China-site "
                    f"account; a prepaid node cannot be deleted before its term ends: `pulumi destroy` moves it to the "

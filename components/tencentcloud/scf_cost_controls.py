@@ -34,7 +34,13 @@ from typing import Any, Callable, Optional
 CONFIG_VARIABLE = "GPU_CLUSTER_COST_CONTROLS"
 ZONE_FILE = "zone.tzif"
 EDGE_TOLERANCE_S = 120
-"""A window edge counts as "now" within two minutes (timer triggers fire within the minute)."""
+"""A window edge counts as "now" from two minutes before it (timer triggers fire within the minute)..."""
+EDGE_LATE_S = 1500
+"""...to 25 minutes after it: a failed call raises, and SCF retries an asynchronous invocation (a timer's)
+in the background 3 times (SCF FAQ, "Scalability and availability": "异步调用的函数将在后台自动重试 3 次");
+a retry that comes late still acts on the edge. Acting again changes nothing (only nodes in the other
+state are started or stopped), unless a node was started or stopped by hand in between: a trigger at
+another edge minute within those 25 minutes applies the same edge to it once more."""
 IDLE_PERIOD_S = 300
 MONITOR_BATCH = 10
 """GetMonitorData takes at most 10 instances a request (Cloud Monitor documentation, "Pulling cloud
@@ -88,8 +94,8 @@ def api(region: str, env: Optional[dict] = None) -> Call:
 
 
 def edge_now(events: list, zone: datetime.tzinfo, now: float) -> Optional[str]:
-    """The action of the window edge nearest to `now` within the tolerance, or None. `events` are
-    [action, days (0 = Monday), minute of the day] in the schedule's time zone."""
+    """The action of the latest window edge from EDGE_LATE_S before `now` to EDGE_TOLERANCE_S after it,
+    or None. `events` are [action, days (0 = Monday), minute of the day] in the schedule's time zone."""
     local = datetime.datetime.fromtimestamp(now, zone)
     best: Optional[tuple[float, str]] = None
     for action, days, minute in events:
@@ -100,8 +106,8 @@ def edge_now(events: list, zone: datetime.tzinfo, now: float) -> Optional[str]:
             edge = day.replace(hour=minute // 60, minute=minute % 60, second=0, microsecond=0)
             # Absolute instants (aware datetimes of one zone subtract as wall clocks): an edge in a
             # spring-forward gap falls an hour later, as the clock reads then.
-            gap = abs(edge.timestamp() - now)
-            if gap <= EDGE_TOLERANCE_S and (best is None or gap < best[0]):
+            gap = now - edge.timestamp()  # > 0: the edge has passed
+            if -EDGE_TOLERANCE_S <= gap <= EDGE_LATE_S and (best is None or gap < best[0]):
                 best = (gap, action)
     return best[1] if best else None
 

@@ -22,6 +22,7 @@ Entry format (engine camelCase names; nested blocks under `fields`, list element
         at_least_one_of: [[<argument>, <argument>], ...]    # the schema's AtLeastOneOf
         arguments:
           <argument>: {force_new: true, immutable: true, values: [...], range: [min, max],
+                       pattern: "<regex the whole string value must match, as the API documents it>",
                        shrink: replace | fail, fields: {<nested argument>: {...}}, required: [<nested>, ...]}
         computed: [<attribute the provider sets itself>, ...]
         notes: "..."
@@ -36,6 +37,7 @@ Entry format (engine camelCase names; nested blocks under `fields`, list element
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -70,6 +72,9 @@ class Rule:
     """What a smaller value does: "replace" (the resource is recreated) or "fail" (the update fails)."""
     values: Optional[tuple[Any, ...]] = None
     range: Optional[tuple[Optional[float], Optional[float]]] = None
+    pattern: Optional[str] = None
+    """A regular expression a string value must match as a whole (a rule the API documents and enforces,
+    though the provider does not check it)."""
     fields: Mapping[str, "Rule"] = field(default_factory=dict)
     required: tuple[str, ...] = ()
 
@@ -117,6 +122,7 @@ def _rule(raw: Any) -> Rule:
         shrink=raw.get("shrink"),
         values=tuple(raw["values"]) if raw.get("values") is not None else None,
         range=(rng[0], rng[1]) if rng else None,
+        pattern=raw.get("pattern"),
         fields={k: _rule(v) for k, v in (raw.get("fields") or {}).items()},
         required=tuple(raw.get("required") or ()),
     )
@@ -229,6 +235,9 @@ def _check_value(where: str, c: Contract, rule: Rule, value: Any, path: str, pro
     if rule.values is not None and not isinstance(value, Mapping) and not _allowed(value, rule.values):
             problems.append(f"{where}: argument {path}={_show(value)} is not a documented value; allowed: "
                             f"{', '.join(map(str, rule.values))} ({c.source})")
+    if rule.pattern is not None and isinstance(value, str) and re.fullmatch(rule.pattern, value) is None:
+        problems.append(f"{where}: argument {path}={_show(value)} does not match the documented form "
+                        f"{rule.pattern} ({c.source})")
     if rule.range is not None:
         n = _number(value)
         lo, hi = rule.range

@@ -27,6 +27,10 @@ def _cluster_zone() -> str:
     return str(cluster.get("zone") or _region() + "a")
 
 
+# DescribeCapacityReservations filter names and the attributes a match therefore has.
+_FILTER_ATTRS = {"instance-type": "instanceType", "availability-zone": "availabilityZone"}
+
+
 def _hex(*parts: str, n: int = 8) -> str:
     return hashlib.sha256("::".join(parts).encode()).hexdigest()[:n]
 
@@ -198,6 +202,13 @@ LOOKUPS: dict = {
         "capacityBlockOfferingId": f"cb-{_hex(str(args.get('instanceType')), str(args.get('startDateRange')), n=17)}",
         "availabilityZone": _cluster_zone(), "currencyCode": "USD", "tenancy": "default",
         "upfrontFee": "0.00",
+    },
+    # The block the stack names, as the lookup answers once it has started: the program filters by its
+    # instance type and zone, so a matching block reports those (a block that does not match, or no
+    # block, fails the real lookup and `pulumi preview`).
+    "aws:ec2/getCapacityBlockReservation:getCapacityBlockReservation": lambda args: {
+        "id": args.get("id"), "state": "active", "reservationType": "capacity-block",
+        **{_FILTER_ATTRS[f["name"]]: f["values"][0] for f in args.get("filters") or [] if f.get("name") in _FILTER_ATTRS},
     },
     "aws:ec2/getSubnet:getSubnet": lambda args: {
         "id": args.get("id"), "arn": _arn("ec2", f"subnet/{args.get('id')}"),
