@@ -12,7 +12,9 @@ book's dated exchange rate and flagged as an estimate.
 from __future__ import annotations
 
 import json
+import zipfile
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Optional
 
 from components import catalog
@@ -44,9 +46,10 @@ AWS_BUDGET = "aws:budgets/budget:Budget"
 AWS_BUDGET_ACTION = "aws:budgets/budgetAction:BudgetAction"
 AWS_ALARM = "aws:cloudwatch/metricAlarm:MetricAlarm"
 TC_FUNCTION = "tencentcloud:Scf/function:Function"
-COST_CONTROLS_VARIABLE = "GPU_CLUSTER_COST_CONTROLS"
-"""The environment variable of the Tencent cost-controls function holding its schedule
-(components/tencentcloud/scf_cost_controls.py)."""
+COST_CONTROLS_FILE = "config.json"
+"""The file of the Tencent cost-controls function's code package (zip_file, a path relative to the
+project) that holds its schedule (components/tencentcloud/scf_cost_controls.py, CONFIG_FILE)."""
+PROJECT = Path(__file__).resolve().parents[1]
 BLOCK_HOURS_TAG = "gpu-cluster:block-hours"
 BLOCK_SHAPE_TAG = "gpu-cluster:block-shape"
 BLOCK_COUNT_TAG = "gpu-cluster:block-count"
@@ -379,9 +382,12 @@ def _tencent_schedule(plan: Plan) -> tuple[Optional[float], Optional[set[str]], 
     """Hours a month the cost-controls function keeps its nodes running, their ids, and whether it
     stops idle nodes (its configuration: components/tencentcloud/costcontrol.py)."""
     for r in plan.of_type(TC_FUNCTION):
+        # The package a render of this checkout wrote; a plan from elsewhere whose package is not here is
+        # priced as if the nodes ran all month.
         try:
-            config = json.loads((r.props.get("environment") or {})[COST_CONTROLS_VARIABLE])
-        except (TypeError, ValueError, KeyError):
+            with zipfile.ZipFile(PROJECT / str(r.props.get("zipFile"))) as package:
+                config = json.loads(package.read(COST_CONTROLS_FILE))
+        except (OSError, KeyError, ValueError, zipfile.BadZipFile):
             continue
         events = [run_windows.Event(a, tuple(days), minute) for a, days, minute in config.get("events") or []]
         weekly = _weekly_hours([(e.action, e.cron()) for e in events])

@@ -357,14 +357,15 @@ def test_tencent_controls_are_one_function_with_timer_triggers(slurm_plan):
     triggers = {t["name"]: t for t in fn["triggers"]}
     assert triggers["windows"] == {"name": "windows", "type": "timer", "triggerDesc": "0 0 * * * * *"}
     assert triggers["idle"]["triggerDesc"] == "0 */5 * * * * *"
-    config = json.loads(fn["environment"][handler.CONFIG_VARIABLE])
+    package = zipfile.ZipFile(io.BytesIO((ROOT / fn["zipFile"]).read_bytes()))
+    assert sorted(package.namelist()) == ["config.json", "index.py", "zone.tzif"]
+    assert "environment" not in fn  # SCF documents variable values as letters, digits and "_", 64 bytes at most
+    config = json.loads(package.read("config.json"))
     (node,) = gpu_nodes(plan, TC_INSTANCE)
     # The windows start and stop the head node too; idle stop watches the GPU node only.
     assert config["nodes"] == [node.id, head_node(plan, TC_INSTANCE).id] and config["gpu_nodes"] == [node.id]
     assert config["timezone"] == "Asia/Shanghai" and config["idle"] == {"below_pct": 5, "for_minutes": 60}
     assert ["start", [0, 1, 2, 3, 4], 540] in config["events"] and ["stop", [5], 960] in config["events"]
-    package = zipfile.ZipFile(io.BytesIO((ROOT / fn["zipFile"]).read_bytes()))
-    assert sorted(package.namelist()) == ["index.py", "zone.tzif"]
     assert package.read("index.py") == Path(handler.__file__).read_bytes()
     zone = zoneinfo.ZoneInfo.from_file(io.BytesIO(package.read("zone.tzif")))
     assert datetime.datetime(2027, 1, 1, tzinfo=zone).utcoffset() == datetime.timedelta(hours=8)
@@ -418,11 +419,29 @@ def test_edge_minutes_follow_the_zone_offset():
 
 
 def test_the_code_package_is_reproducible(tmp_path):
-    a, b = tc_controls.code_package("Asia/Shanghai"), tc_controls.code_package("Asia/Shanghai")
+    a, b = tc_controls.code_package("Asia/Shanghai", "{}"), tc_controls.code_package("Asia/Shanghai", "{}")
     assert a == b
     path = tc_controls.write_package(a, tmp_path)
     assert (tmp_path / path).read_bytes() == a and path.startswith("build/tencent-cost-controls/cost-controls-")
-    assert tc_controls.code_package("Europe/Paris") != a
+    assert tc_controls.code_package("Europe/Paris", "{}") != a
+    assert tc_controls.code_package("Asia/Shanghai", '{"nodes": ["ins-a"]}') != a  # a new node is new code
+
+
+def test_the_function_reads_its_configuration_from_its_package(tmp_path, monkeypatch):
+    """main() as SCF runs it: index.py unpacked next to config.json and the zone file."""
+    import zipfile as zf
+
+    data = tc_controls.code_package("Asia/Shanghai", json.dumps({**CONFIG, "events": []}))
+    zf.ZipFile(io.BytesIO(data)).extractall(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib
+
+    index = importlib.import_module("index")
+    calls = []
+    monkeypatch.setattr(index, "api", lambda region: lambda service, action, params: calls.append(
+        (region, action)) or {"InstanceStatusSet": []})
+    assert index.main({"TriggerName": "windows"}) == {"windows": "no window edge now"}
+    assert calls == []
 
 
 # ---- the Tencent function itself -------------------------------------------------------------------
@@ -556,6 +575,14 @@ def test_tencent_scheduled_hours_come_from_the_function(sample_plan):
     cost = pricing.price_plan(sample_plan("tencent-scheduled"), load_book(cache=None))
     [node] = [i for i in cost.items if i.item.startswith("GPU nodes")]
     assert node.quantity == pytest.approx(66 * 730 / 168, abs=0.01)
+    # A plan from elsewhere, whose code package is not in this checkout: priced as if running all month.
+    doc = rendered(stack_with("tencent-scheduled")).plan()
+    for r in doc["deployment"]["resources"]:
+        if r["type"] == SCF:
+            r["inputs"]["zipFile"] = r["outputs"]["zipFile"] = "build/tencent-cost-controls/elsewhere.zip"
+    [node] = [i for i in pricing.price_plan(Plan.from_doc(doc), load_book(cache=None)).items
+              if i.item.startswith("GPU nodes")]
+    assert node.quantity == 730
 
 
 def test_prepaid_terms_are_priced_from_the_price_sources_or_listed_unpriced(sample_plan):

@@ -72,9 +72,10 @@ def windows_cron(events: Sequence[run_windows.Event], timezone: str) -> str:
     return f"0 {','.join(map(str, edge_minutes(events, timezone)))} * * * * *"
 
 
-def code_package(timezone: Optional[str]) -> bytes:
-    """index.py and the schedule's time zone file, as a reproducible zip (fixed times and order)."""
-    files = {"index.py": Path(handler.__file__).read_bytes()}
+def code_package(timezone: Optional[str], config: str) -> bytes:
+    """index.py, its configuration and the schedule's time zone file, as a reproducible zip (fixed times
+    and order)."""
+    files = {"index.py": Path(handler.__file__).read_bytes(), handler.CONFIG_FILE: config.encode()}
     if timezone:
         files[handler.ZONE_FILE] = resources.files("tzdata.zoneinfo").joinpath(timezone).read_bytes()
     out = io.BytesIO()
@@ -176,14 +177,16 @@ class CostControls(pulumi.ComponentResource):
             runtime=RUNTIME,
             handler="index.main",
             timeout=TIMEOUT_S,
-            zip_file=write_package(code_package(args.schedule.timezone if args.schedule else None)),
+            # The package carries the node ids, so it is written once they are known (before the function
+            # is created; a preview shows it unknown), and a replaced node updates the function's code.
+            zip_file=config.apply(lambda c: write_package(code_package(args.schedule.timezone if args.schedule
+                                                                       else None, c))),
             role=role.name,
             # Reach the public API endpoints: without a VPC the provider still sends the public-network
             # switch, and its default is off (resource_tc_scf_function.go: enable_public_net, Default false,
             # sent as PublicNetStatus DISABLE; SCF documentation, "Function overview": a function with the
             # public network disabled "cannot access public network resources").
             enable_public_net=True,
-            environment={handler.CONFIG_VARIABLE: config},
             triggers=triggers,
             tags=dict(args.tags),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[attach]))

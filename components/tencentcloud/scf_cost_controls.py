@@ -1,13 +1,14 @@
 """The cluster's cost controls on Tencent Cloud, run by SCF (Python 3.9, standard library only).
 
 Shipped as `index.py` of the function's code package (components/tencentcloud/costcontrol.py) with
-the schedule's time zone file; its configuration arrives in the GPU_CLUSTER_COST_CONTROLS
-environment variable. Two timer triggers call `main`:
+the schedule's time zone file and its configuration, `config.json` (the node ids, the windows, the
+idle rule). Two timer triggers call `main`:
 
 - "windows" fires every hour at the minutes a run window may begin or end; the function starts the
   stopped nodes when a window begins now (in the schedule's own time zone) and stops the running ones
-  when it ends. It acts only at a window's edge, like the AWS schedules, so a node started by hand
-  outside the windows is left alone until the next edge.
+  when it ends. It acts only at a window's edge (or up to 25 minutes after it, for a late or retried
+  invocation), like the AWS schedules, so a node started by hand outside the windows is left alone
+  until the next edge.
 - "idle" fires every 5 minutes; a GPU node whose 5-minute GPU utilisation (Cloud Monitor QCE/CVM
   GpuUtil) stayed below the threshold in every period of the last `for_minutes` is stopped. A period
   without data is not idle: a node that reports nothing is never stopped.
@@ -31,7 +32,10 @@ import urllib.request
 import zoneinfo
 from typing import Any, Callable, Optional
 
-CONFIG_VARIABLE = "GPU_CLUSTER_COST_CONTROLS"
+CONFIG_FILE = "config.json"
+"""The function's configuration, in its code package: SCF's documentation limits an environment
+variable's value to letters, digits and "_" of at most 64 bytes (SCF documentation, "Environment
+variables"), which a list of node ids and windows does not fit."""
 ZONE_FILE = "zone.tzif"
 EDGE_TOLERANCE_S = 120
 """A window edge counts as "now" from two minutes before it (timer triggers fire within the minute)..."""
@@ -178,9 +182,11 @@ def run(config: dict, trigger: str, call: Call, now: float, zone: Optional[datet
 
 def main(event: dict, context: Any = None) -> dict:
     """SCF entry point (handler index.main). The timer event names its trigger in TriggerName."""
-    config = json.loads(os.environ[CONFIG_VARIABLE])
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(os.path.join(here, CONFIG_FILE), encoding="utf-8") as f:
+        config = json.load(f)
     zone = None
     if config.get("events"):
-        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), ZONE_FILE), "rb") as f:
+        with open(os.path.join(here, ZONE_FILE), "rb") as f:
             zone = zoneinfo.ZoneInfo.from_file(f, key=config["timezone"])
     return run(config, event.get("TriggerName", ""), api(config["region"]), time.time(), zone)
