@@ -81,7 +81,8 @@ def cost_control_notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
         started = f"{what} and the Slurm head node" if spec.scheduler == "slurm" else what
         out.append(f"schedule: EventBridge Scheduler starts {started} when a window opens and stops them when it closes "
                    f"({'; '.join(spec.schedule.windows)}, {spec.schedule.timezone}); a node started by hand outside "
-                   f"the windows runs until the next stop")
+                   f"the windows runs until the next stop, and so do the nodes the first `pulumi up` launches "
+                   f"outside a window")
     if spec.idle_stop is not None:
         out.append(f"idle_stop: a CloudWatch alarm per node stops it (EC2 stop action) when its GPU utilisation averages "
                    f"below {spec.idle_stop.gpu_util_below_pct} % in every 5 minutes for {spec.idle_stop.for_minutes} "
@@ -112,7 +113,10 @@ def cost_control_notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
         out.append(f"capacity.type=capacity_block, step 1 of 2: `pulumi up` buys a Capacity Block of {spec.nodes} x "
                    f"{shape.type} for {cap.duration_hours} h from {cap.start_date} (paid up front, cannot be "
                    f"cancelled: `pulumi destroy` only forgets it, provider doc ec2_capacity_block_reservation) and "
-                   f"launches no GPU node, because EC2 launches into a block only once it is active. Then set "
+                   f"launches no GPU node, because EC2 launches into a block only once it is active. The offering "
+                   f"lookup (data source aws_ec2_capacity_block_offering) fails unless exactly one offering matches, "
+                   f"and it cannot ask for a zone: when several zones offer the block that day, `pulumi preview` "
+                   f"stops before buying anything; choose another start_date. Then set "
                    f"capacity.reservation_id to the stack output capacity_reservation_id: updates launch the "
                    f"nodes only once the block is active (blocks start at 11:30 UTC, EC2 user guide, \"Find and "
                    f"purchase Capacity Blocks\", \"Use Capacity Blocks\")")

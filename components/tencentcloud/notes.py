@@ -91,7 +91,8 @@ def cost_control_notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
         out.append(f"schedule: {function} starts {nodes} when a window opens and stops them with STOP_CHARGING when "
                    f"it closes ({'; '.join(spec.schedule.windows)}, {spec.schedule.timezone}); Tencent Cloud has no "
                    f"instance scheduler (cvm.ActionTimer only terminates), so a timer trigger runs it at each minute "
-                   f"an edge can fall on")
+                   f"an edge can fall on; the nodes the first `pulumi up` creates outside a window run until the "
+                   f"next stop")
     if spec.idle_stop is not None:
         out.append(f"idle_stop: every 5 minutes {function} stops (STOP_CHARGING) a node whose Cloud Monitor GpuUtil "
                    f"stayed below {spec.idle_stop.gpu_util_below_pct} % in every 5-minute period of the last "
