@@ -135,6 +135,22 @@ def _violation_key(v: dict) -> tuple[str, str, str]:
     return v["policy"], v.get("urn") or "", v["message"]
 
 
+def _keep_packages(tree: Path, plans: Any) -> None:
+    """Copy the code packages the base plans name into the work tree before the base tree goes: the
+    pricer reads the Tencent cost controls' schedule from the package (a path relative to the project,
+    named by its content's hash, so nothing of the work tree's is overwritten)."""
+    import shutil
+
+    from gpu_cluster.pricing import TC_FUNCTION
+
+    for plan in plans:
+        for r in plan.of_type(TC_FUNCTION):
+            rel = r.props.get("zipFile")
+            if isinstance(rel, str) and (tree / rel).is_file() and not (ROOT / rel).exists():
+                (ROOT / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(tree / rel, ROOT / rel)
+
+
 def review_stack(stack: str, base: Optional[Plan], head: Optional[Plan]) -> StackReview:
     """Compare two plans of one stack with the work tree's pricer and policy pack."""
     from gpu_cluster.policyrun import run_policies
@@ -340,6 +356,7 @@ def review_command(base: str, out: Path) -> int:
             head_run = _start_side(ROOT, stacks, Path(tmp) / "head-plans")
             base_side = _finish_side(base_run[0], base_run[1], Path(tmp) / "base-plans", stacks, base_run[2])
             head_side = _finish_side(head_run[0], head_run[1], Path(tmp) / "head-plans", stacks, head_run[2])
+            _keep_packages(tree, base_side.plans.values())
         finally:
             _git("worktree", "remove", "--force", str(tree))
     reviews = []

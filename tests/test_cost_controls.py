@@ -297,7 +297,7 @@ def _with_block(monkeypatch, **answer) -> tuple[Plan, list]:
     return Plan.from_doc(result.plan()), [a for t, a in result.invokes if t == BLOCK_LOOKUP]
 
 
-@pytest.mark.parametrize("state", ["scheduled", "payment-pending", "expired"])
+@pytest.mark.parametrize("state", ["scheduled", "payment-pending", "pending", "assessing"])
 def test_a_bought_block_launches_nothing_until_aws_says_it_is_active(monkeypatch, state):
     """The start is a time of day and may come after start_date: the nodes wait for the state itself."""
     plan, calls = _with_block(monkeypatch, state=state)
@@ -306,6 +306,18 @@ def test_a_bought_block_launches_nothing_until_aws_says_it_is_active(monkeypatch
         {"name": "instance-type", "values": ["p5.48xlarge"]}, {"name": "availability-zone", "values": ["us-east-1a"]}]}]
     plan, _ = _with_block(monkeypatch, state="active")
     assert len(gpu_nodes(plan, INSTANCE)) == 2
+
+
+@pytest.mark.parametrize("state", ["expired", "cancelled", "failed", "payment-failed"])
+def test_a_block_that_is_over_fails_the_render_and_says_what_to_do(monkeypatch, state):
+    with pytest.raises(Exception, match=f"the Capacity Block is {state}, its instances are gone; allowed: a new "
+                                        f"block .* or capacity.type: none, then `pulumi up --refresh`"):
+        _with_block(monkeypatch, state=state)
+
+
+def test_an_on_demand_reservation_is_not_taken_for_a_block(monkeypatch):
+    with pytest.raises(Exception, match="is a default capacity reservation, not a Capacity Block"):
+        _with_block(monkeypatch, reservationType="default")
 
 
 def test_a_block_smaller_than_the_cluster_fails_the_render_in_one_sentence(monkeypatch):
@@ -515,6 +527,15 @@ def test_a_late_or_retried_invocation_still_acts_on_the_edge_it_missed():
     assert handler.run(CONFIG, "windows", late, at(2027, 3, 1, 9, 30), SHANGHAI) == {"windows": "no window edge now"}
     events = [["start", [0], 9 * 60], ["stop", [0], 9 * 60 + 5]]  # the latest edge wins
     assert handler.edge_now(events, SHANGHAI, at(2027, 3, 1, 9, 8)) == "stop"
+    # Edges at :00 and :15 make the trigger run every quarter hour: the 09:15 run must not start again a
+    # node that idle stop stopped at 09:10, so the late time stays below 15 minutes.
+    quarter = windows.events([windows.parse("Mon 09:00-17:15")])
+    late = tc_controls.late_seconds(quarter, "Asia/Shanghai")
+    assert late == 14 * 60 and tc_controls.late_seconds(windows.events([windows.parse("Mon 09:00-17:00")]),
+                                                        "Asia/Shanghai") == handler.EDGE_LATE_S
+    start = [[e.action, list(e.days), e.minute] for e in quarter]
+    assert handler.edge_now(start, SHANGHAI, at(2027, 3, 1, 9, 15), late) is None
+    assert handler.edge_now(start, SHANGHAI, at(2027, 3, 1, 9, 10), late) == "start"
 
 
 def test_idle_stop_stops_only_running_nodes_idle_in_every_period():

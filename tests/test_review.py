@@ -101,6 +101,9 @@ def test_make_review_against_a_base_ref(tmp_path):
     run("git", "-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-qm", "base", "--allow-empty")
     stack = clone / "stacks" / "Pulumi.aws-entry.yaml"
     stack.write_text(stack.read_text().replace("data_disk_gb: 200", "data_disk_gb: 400"))
+    # A new version of the Tencent cost-controls code: base and head name different code packages.
+    handler = clone / "components" / "tencentcloud" / "scf_cost_controls.py"
+    handler.write_text(handler.read_text() + "# a comment: new code, the same schedule\n")
     run("git", "-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-qam", "grow the data disk")
     result = subprocess.run([sys.executable, "-m", "gpu_cluster", "review", "--base", "HEAD~1", "--out",
                              str(tmp_path / "review.md")], cwd=clone, capture_output=True, text=True, timeout=300)
@@ -112,3 +115,6 @@ def test_make_review_against_a_base_ref(tmp_path):
     assert "| change | `aws:ebs/volume:Volume` | `ml-entry-storage-data-0` | size |" in md
     assert "+16.00 USD" in row  # 200 GB more gp3 at $0.08
     assert "| aws-large | 0 | 0 | 0 | 0 |" in md
+    # The base's package is priced from the base tree's copy: the same schedule, the same cost.
+    row = next(line for line in md.splitlines() if line.startswith("| tencent-scheduled |"))
+    assert row.startswith("| tencent-scheduled | 0 | 1 | 0 | 0 |") and "+0.00 CNY" in row, row

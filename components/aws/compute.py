@@ -93,6 +93,12 @@ def block_window(start: datetime.date, duration_hours: int) -> tuple[str, str]:
     return first.strftime("%Y-%m-%dT%H:%M:%SZ"), last.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+BLOCK_OVER = ("expired", "cancelled", "failed", "payment-failed")
+"""Capacity Block states after which it takes no instances (data source ec2_capacity_block_reservation
+doc, `state`: active, expired, cancelled, pending, failed, scheduled, payment-pending, payment-failed,
+assessing); the others wait for active."""
+
+
 def offering_in_zone(offering_id: str, offering_zone: str, zone: str) -> str:
     """The offering's id, once it is in the cluster's zone (the block's instances can run nowhere else)."""
     if offering_zone != zone:
@@ -275,9 +281,21 @@ class Compute(pulumi.ComponentResource):
             filters=[aws.ec2.GetCapacityBlockReservationFilterArgs(name="instance-type", values=[args.shape.type]),
                      aws.ec2.GetCapacityBlockReservationFilterArgs(name="availability-zone", values=[args.zone])],
             opts=pulumi.InvokeOptions(parent=self))
+        if block.reservation_type not in (None, "capacity-block"):
+            # The data source does not filter by type itself (it describes the id it is given).
+            raise pulumi.RunError(f"cluster.capacity.reservation_id={cap.reservation_id!r} is a "
+                                  f"{block.reservation_type} capacity reservation, not a Capacity Block; allowed: the "
+                                  f"id of a Capacity Block (or capacity.type: odcr for an On-Demand reservation)")
         if block.instance_count is not None and block.instance_count < args.nodes:
             raise pulumi.RunError(f"cluster.nodes={args.nodes}: the Capacity Block {cap.reservation_id} holds "
                                   f"{block.instance_count} instance(s); allowed: up to {block.instance_count}")
+        if block.state in BLOCK_OVER:
+            # Its instances are gone (EC2 terminates them at the end); declaring no nodes would make the
+            # update delete the attachments of instances that no longer exist, and fail.
+            raise pulumi.RunError(f"cluster.capacity.reservation_id={cap.reservation_id!r}: the Capacity Block is "
+                                  f"{block.state}, its instances are gone; allowed: a new block (capacity "
+                                  f"start_date and duration_hours, without reservation_id) or capacity.type: none, "
+                                  f"then `pulumi up --refresh`")
         return block.state
 
     def _reservation(self, name: str, args: ComputeArgs,

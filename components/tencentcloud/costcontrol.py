@@ -72,6 +72,15 @@ def windows_cron(events: Sequence[run_windows.Event], timezone: str) -> str:
     return f"0 {','.join(map(str, edge_minutes(events, timezone)))} * * * * *"
 
 
+def late_seconds(events: Sequence[run_windows.Event], timezone: str) -> int:
+    """How long after an edge the function still acts on it: EDGE_LATE_S, but less than the time to the
+    trigger's next run, so that run does not apply the same edge again (it would restart a node stopped
+    for idleness in between)."""
+    minutes = edge_minutes(events, timezone)
+    gap = min(((b - a) % 60 or 60) for a, b in zip(minutes, minutes[1:] + minutes[:1])) if minutes else 60
+    return min(handler.EDGE_LATE_S, gap * 60 - 60)
+
+
 def code_package(timezone: Optional[str], config: str) -> bytes:
     """index.py, its configuration and the schedule's time zone file, as a reproducible zip (fixed times
     and order)."""
@@ -107,6 +116,7 @@ def handler_config(region: str, node_ids: list, gpu_node_ids: list, schedule: Op
         "region": region, "nodes": node_ids, "gpu_nodes": gpu_node_ids,
         "timezone": schedule.timezone if schedule else None,
         "events": [[e.action, list(e.days), e.minute] for e in events],
+        "late_s": late_seconds(events, schedule.timezone) if schedule else handler.EDGE_LATE_S,
         "idle": {"below_pct": idle.gpu_util_below_pct, "for_minutes": idle.for_minutes} if idle else None,
     }, sort_keys=True, separators=(",", ":"))
 

@@ -43,8 +43,9 @@ EDGE_LATE_S = 1500
 """...to 25 minutes after it: a failed call raises, and SCF retries an asynchronous invocation (a timer's)
 in the background 3 times (SCF FAQ, "Scalability and availability": "异步调用的函数将在后台自动重试 3 次");
 a retry that comes late still acts on the edge. Acting again changes nothing (only nodes in the other
-state are started or stopped), unless a node was started or stopped by hand in between: a trigger at
-another edge minute within those 25 minutes applies the same edge to it once more."""
+state are started or stopped); where the trigger runs again sooner (edges at :00 and :15), the
+configuration's `late_s` is shorter than that (costcontrol.late_seconds), so the next run never applies
+the same edge again to a node stopped or started in between."""
 IDLE_PERIOD_S = 300
 MONITOR_BATCH = 10
 """GetMonitorData takes at most 10 instances a request (Cloud Monitor documentation, "Pulling cloud
@@ -97,9 +98,9 @@ def api(region: str, env: Optional[dict] = None) -> Call:
     return call
 
 
-def edge_now(events: list, zone: datetime.tzinfo, now: float) -> Optional[str]:
-    """The action of the latest window edge from EDGE_LATE_S before `now` to EDGE_TOLERANCE_S after it,
-    or None. `events` are [action, days (0 = Monday), minute of the day] in the schedule's time zone."""
+def edge_now(events: list, zone: datetime.tzinfo, now: float, late_s: float = EDGE_LATE_S) -> Optional[str]:
+    """The action of the latest window edge from `late_s` before `now` to EDGE_TOLERANCE_S after it, or
+    None. `events` are [action, days (0 = Monday), minute of the day] in the schedule's time zone."""
     local = datetime.datetime.fromtimestamp(now, zone)
     best: Optional[tuple[float, str]] = None
     for action, days, minute in events:
@@ -111,7 +112,7 @@ def edge_now(events: list, zone: datetime.tzinfo, now: float) -> Optional[str]:
             # Absolute instants (aware datetimes of one zone subtract as wall clocks): an edge in a
             # spring-forward gap falls an hour later, as the clock reads then.
             gap = now - edge.timestamp()  # > 0: the edge has passed
-            if -EDGE_TOLERANCE_S <= gap <= EDGE_LATE_S and (best is None or gap < best[0]):
+            if -EDGE_TOLERANCE_S <= gap <= late_s and (best is None or gap < best[0]):
                 best = (gap, action)
     return best[1] if best else None
 
@@ -147,7 +148,7 @@ def idle_nodes(points: list, below_pct: float, for_minutes: int, now: float) -> 
 def run(config: dict, trigger: str, call: Call, now: float, zone: Optional[datetime.tzinfo]) -> dict:
     """What one trigger does; returns what it did (SCF logs the return value)."""
     if trigger == "windows":
-        action = edge_now(config["events"], zone, now)
+        action = edge_now(config["events"], zone, now, config.get("late_s", EDGE_LATE_S))
         if action is None:
             return {"windows": "no window edge now"}
         current = states(call, config["nodes"])

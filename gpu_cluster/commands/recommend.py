@@ -76,8 +76,9 @@ def run(args: argparse.Namespace) -> int:
                   + (f"# Replace the placeholder budget e-mail {PLACEHOLDER_EMAIL}.\n" if not args.email else "")
                   + (f"# A {top.block_hours}-h EC2 Capacity Block, step one of two: set capacity.start_date to the day it "
                      f"should start (within 8 weeks); `pulumi up` buys it, paid up front and not refundable, and "
-                     f"launches no node. On its start day set capacity.reservation_id to the stack output "
-                     f"capacity_reservation_id and `pulumi up` again. The block ends at its end time: checkpoint.\n"
+                     f"launches no node. Then set capacity.reservation_id to the stack output capacity_reservation_id: "
+                     f"the `pulumi up` after the block is active (11:30 UTC on its start day) launches the nodes. The "
+                     f"block ends at its end time: checkpoint.\n"
                      if top.block_hours else "")
                   + (f"# The GPU nodes cost more than the budget if left running all month ({top.node_month:,.0f} "
                      f"{top.cost_currency} for 730 h): stop or destroy them when the run ends.\n"
