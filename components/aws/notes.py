@@ -92,8 +92,8 @@ def cost_control_notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
     if spec.budget.stop_at_pct is not None:
         hold = (" and a second action attaches a Deny of ec2:StartInstances to the schedules' role, so the run "
                 "windows do not start them again; reverse both actions in the AWS Budgets console once the budget "
-                "allows, and before removing stop_at_pct or the schedule (IAM refuses to delete the Deny while "
-                "it is attached)" if spec.schedule is not None else "; nothing starts them again: start them by hand once "
+                "allows, and before removing stop_at_pct (IAM refuses to delete the Deny while it is attached to the "
+                "role that stays)" if spec.schedule is not None else "; nothing starts them again: start them by hand once "
                 "the budget allows")
         out.append(f"budget.stop_at_pct={spec.budget.stop_at_pct}: an AWS Budgets action runs the AWS-StopEC2Instance "
                    f"automation on {what} when actual spend reaches {spec.budget.stop_at_pct} % of "
