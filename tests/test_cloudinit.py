@@ -157,25 +157,33 @@ def _rendered_scripts(sample_plan) -> dict[str, str]:
     return out
 
 
-def test_every_boot_script_is_valid_bash(sample_plan, tmp_path):
+def _distinct_script_files(sample_plan, tmp_path) -> dict:
+    """Each distinct rendered script once (nodes of a stack share theirs word for word), as a file; by
+    path, the name of the first script with that text."""
     found = _rendered_scripts(sample_plan)
     assert len(found) >= 20
-    for name, script in found.items():
-        path = tmp_path / "script.sh"
+    files = {}
+    for i, (script, name) in enumerate({s: n for n, s in reversed(list(found.items()))}.items()):
+        path = tmp_path / f"{i:03d}.sh"
         path.write_text(script)
-        result = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+        files[str(path)] = name
+    return files
+
+
+def test_every_boot_script_is_valid_bash(sample_plan, tmp_path):
+    for path, name in _distinct_script_files(sample_plan, tmp_path).items():
+        result = subprocess.run(["bash", "-n", path], capture_output=True, text=True)
         assert result.returncode == 0, (name, result.stderr)
 
 
 def test_every_boot_script_passes_shellcheck(sample_plan, tmp_path):
     shellcheck = shutil.which("shellcheck")
     assert shellcheck, "shellcheck is required (Debian package `shellcheck`; .ci/run installs it)"
-    for name, script in _rendered_scripts(sample_plan).items():
-        path = tmp_path / "script.sh"
-        path.write_text(script)
-        result = subprocess.run([shellcheck, "--shell=bash", "--severity=style", str(path)],
-                                capture_output=True, text=True)
-        assert result.returncode == 0, (name, result.stdout)
+    files = _distinct_script_files(sample_plan, tmp_path)
+    result = subprocess.run([shellcheck, "--shell=bash", "--severity=style", *files], capture_output=True, text=True)
+    report = "\n".join(files.get(line.split()[1], line) if line.startswith("In ") else line
+                       for line in result.stdout.splitlines()[:80])
+    assert result.returncode == 0, report
 
 
 @pytest.mark.parametrize("model", [EBS_MODEL])

@@ -297,18 +297,17 @@ def _with_block(monkeypatch, **answer) -> tuple[Plan, list]:
     return Plan.from_doc(result.plan()), [a for t, a in result.invokes if t == BLOCK_LOOKUP]
 
 
-@pytest.mark.parametrize("state", ["scheduled", "payment-pending", "pending", "assessing"])
+@pytest.mark.parametrize("state", ["scheduled", "payment-pending"])
 def test_a_bought_block_launches_nothing_until_aws_says_it_is_active(monkeypatch, state):
     """The start is a time of day and may come after start_date: the nodes wait for the state itself."""
     plan, calls = _with_block(monkeypatch, state=state)
     assert not gpu_nodes(plan, INSTANCE) and not plan.of_type(BLOCK)
     assert calls == [{"id": "cr-0a1b2c3d4e5f60718", "filters": [
         {"name": "instance-type", "values": ["p5.48xlarge"]}, {"name": "availability-zone", "values": ["us-east-1a"]}]}]
-    plan, _ = _with_block(monkeypatch, state="active")
-    assert len(gpu_nodes(plan, INSTANCE)) == 2
+    # Active, the nodes launch (the sample plan: test_step_two_launches_the_nodes_into_the_block).
 
 
-@pytest.mark.parametrize("state", ["expired", "cancelled", "failed", "payment-failed"])
+@pytest.mark.parametrize("state", ["expired", "payment-failed"])
 def test_a_block_that_is_over_fails_the_render_and_says_what_to_do(monkeypatch, state):
     with pytest.raises(Exception, match=f"the Capacity Block is {state}, its instances are gone; allowed: a new "
                                         f"block .* or capacity.type: none, then `pulumi up --refresh`"):
