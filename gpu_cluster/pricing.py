@@ -378,16 +378,24 @@ def _aws(p: _Pricer, plan: Plan) -> None:
               usage=True)
 
 
+def cost_controls_config(function: Resource) -> Optional[dict]:
+    """The configuration in the code package of a Tencent cost-controls function, as a render of this
+    checkout wrote it (None when the package is not here or holds none)."""
+    try:
+        with zipfile.ZipFile(PROJECT / str(function.props.get("zipFile"))) as package:
+            config = json.loads(package.read(COST_CONTROLS_FILE))
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+        return None
+    return config if isinstance(config, dict) else None
+
+
 def _tencent_schedule(plan: Plan) -> tuple[Optional[float], Optional[set[str]], bool]:
     """Hours a month the cost-controls function keeps its nodes running, their ids, and whether it
     stops idle nodes (its configuration: components/tencentcloud/costcontrol.py)."""
     for r in plan.of_type(TC_FUNCTION):
-        # The package a render of this checkout wrote; a plan from elsewhere whose package is not here is
-        # priced as if the nodes ran all month.
-        try:
-            with zipfile.ZipFile(PROJECT / str(r.props.get("zipFile"))) as package:
-                config = json.loads(package.read(COST_CONTROLS_FILE))
-        except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+        # A plan from elsewhere whose package is not here is priced as if the nodes ran all month.
+        config = cost_controls_config(r)
+        if config is None:
             continue
         events = [run_windows.Event(a, tuple(days), minute) for a, days, minute in config.get("events") or []]
         weekly = _weekly_hours([(e.action, e.cron()) for e in events])

@@ -22,7 +22,7 @@ from typing import Any, Optional
 from gpu_cluster import contracts, files, ui
 from gpu_cluster.errors import EXIT_BAD_INPUT, EXIT_OK, UserError
 from gpu_cluster.plan import Plan, PlanFormatError, Resource, number
-from gpu_cluster.pricing import MonthlyCost, price_plan
+from gpu_cluster.pricing import TC_FUNCTION, MonthlyCost, cost_controls_config, price_plan
 from gpu_cluster.render import ROOT, SAMPLE_STACKS
 
 STATEFUL = frozenset({
@@ -94,12 +94,24 @@ def _governing(c: Optional[contracts.Contract], path: str) -> Optional[contracts
     return None
 
 
+def _package_change(before: Resource, after: Resource) -> str:
+    """What a new code package of the Tencent cost controls changes: the keys of its configuration (the
+    run windows, the nodes, the idle rule), or only the code."""
+    old, new = cost_controls_config(before), cost_controls_config(after)
+    if old is None or new is None:
+        return "zipFile"
+    changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+    return f"zipFile ({'config.json ' + ', '.join(changed) if changed else 'code only'})"
+
+
 def diff_resource(before: Resource, after: Resource) -> Optional[Change]:
     """What `pulumi up` does to one resource, from its provider contract: replace it when a force-new
     argument changes or a shrink-replaces one shrinks, fail when the provider cannot make the change."""
     keys = sorted(k for k in set(before.inputs) | set(after.inputs) if before.inputs.get(k) != after.inputs.get(k))
     if not keys:
         return None
+    if after.type == TC_FUNCTION and "zipFile" in keys:
+        keys = [_package_change(before, after) if k == "zipFile" else k for k in keys]
     c = contracts.contract(after.type)
     forced, blocked = [], []
     for path in contracts.changed_paths(before.inputs, after.inputs):
@@ -140,8 +152,6 @@ def _keep_packages(tree: Path, plans: Any) -> None:
     pricer reads the Tencent cost controls' schedule from the package (a path relative to the project,
     named by its content's hash, so nothing of the work tree's is overwritten)."""
     import shutil
-
-    from gpu_cluster.pricing import TC_FUNCTION
 
     for plan in plans:
         for r in plan.of_type(TC_FUNCTION):

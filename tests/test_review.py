@@ -81,6 +81,17 @@ def test_adding_a_schedule_shows_the_cost_with_and_without_it_on_both_sides():
     assert "| idle_stop |" in md and "| budget.stop_at_pct |" in md
 
 
+def test_a_new_tencent_schedule_names_what_its_package_changes(sample_plan):
+    """The schedule travels in the function's code package: the review says which part changed."""
+    from conftest import render_plan
+
+    head = render_plan("tencent-scheduled", {"schedule": {"windows": ["Mon-Fri 08:00-20:00"]}})
+    review = review_stack("tencent-scheduled", sample_plan("tencent-scheduled"), head)
+    [function] = [c for c in review.changes if c.type == "tencentcloud:Scf/function:Function"]
+    assert function.action == "change" and "zipFile (config.json events)" in function.keys
+    assert review.cost_after.total != review.cost_before.total  # fewer hours a week
+
+
 def test_a_new_stack_is_all_additions(sample_plan):
     plan = sample_plan("aws-entry")
     changes = diff_plans(None, plan)
@@ -118,3 +129,4 @@ def test_make_review_against_a_base_ref(tmp_path):
     # The base's package is priced from the base tree's copy: the same schedule, the same cost.
     row = next(line for line in md.splitlines() if line.startswith("| tencent-scheduled |"))
     assert row.startswith("| tencent-scheduled | 0 | 1 | 0 | 0 |") and "+0.00 CNY" in row, row
+    assert "| change | `tencentcloud:Scf/function:Function` | `tc-lab-cost-controls` | zipFile (code only) |" in md
