@@ -35,7 +35,8 @@ from typing import Any, Callable, Optional
 CONFIG_FILE = "config.json"
 """The function's configuration, in its code package: SCF's documentation limits an environment
 variable's value to letters, digits and "_" of at most 64 bytes (SCF documentation, "Environment
-variables"), which a list of node ids and windows does not fit."""
+variables", tencentcloud.com/document/product/583/32748; the API model, scf/v20180416 models.go
+`Variable.Value`, says only that it is not empty), which a list of node ids and windows does not fit."""
 ZONE_FILE = "zone.tzif"
 EDGE_TOLERANCE_S = 120
 """A window edge counts as "now" from two minutes before it (timer triggers fire within the minute)..."""
