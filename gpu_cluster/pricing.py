@@ -14,14 +14,14 @@ from __future__ import annotations
 import json
 import zipfile
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Optional
 
 from components import catalog
 from components import windows as run_windows
 from components.headnode import HEAD_ROLE, ROLE_TAG
+from components.tencentcloud.scf_cost_controls import CONFIG_FILE
 from gpu_cluster.plan import Plan, Resource, number
-from gpu_cluster.prices import NO_KEY, PriceBook, load_book
+from gpu_cluster.prices import NO_KEY, ROOT, PriceBook, load_book
 from gpu_cluster.prices.catalog import spot_discount
 
 HOURS_PER_MONTH = 730
@@ -46,10 +46,6 @@ AWS_BUDGET = "aws:budgets/budget:Budget"
 AWS_BUDGET_ACTION = "aws:budgets/budgetAction:BudgetAction"
 AWS_ALARM = "aws:cloudwatch/metricAlarm:MetricAlarm"
 TC_FUNCTION = "tencentcloud:Scf/function:Function"
-COST_CONTROLS_FILE = "config.json"
-"""The file of the Tencent cost-controls function's code package (zip_file, a path relative to the
-project) that holds its schedule (components/tencentcloud/scf_cost_controls.py, CONFIG_FILE)."""
-PROJECT = Path(__file__).resolve().parents[1]
 BLOCK_HOURS_TAG = "gpu-cluster:block-hours"
 BLOCK_SHAPE_TAG = "gpu-cluster:block-shape"
 BLOCK_COUNT_TAG = "gpu-cluster:block-count"
@@ -381,9 +377,10 @@ def _aws(p: _Pricer, plan: Plan) -> None:
 def cost_controls_config(function: Resource) -> Optional[dict]:
     """The configuration in the code package of a Tencent cost-controls function, as a render of this
     checkout wrote it (None when the package is not here or holds none)."""
+    # zip_file is a path relative to the project; the package's config.json holds the schedule.
     try:
-        with zipfile.ZipFile(PROJECT / str(function.props.get("zipFile"))) as package:
-            config = json.loads(package.read(COST_CONTROLS_FILE))
+        with zipfile.ZipFile(ROOT / str(function.props.get("zipFile"))) as package:
+            config = json.loads(package.read(CONFIG_FILE))
     except (OSError, KeyError, ValueError, zipfile.BadZipFile):
         return None
     return config if isinstance(config, dict) else None

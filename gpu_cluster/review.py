@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from gpu_cluster import contracts, files, ui
+from gpu_cluster.commands.plan import JOBS_ENV
 from gpu_cluster.errors import EXIT_BAD_INPUT, EXIT_OK, UserError
 from gpu_cluster.plan import Plan, PlanFormatError, Resource, number
 from gpu_cluster.pricing import TC_FUNCTION, MonthlyCost, cost_controls_config, price_plan
@@ -304,7 +305,7 @@ def _start_side(tree: Path, stacks: list[str], out: Path) -> tuple[Optional[subp
     for f in present:
         args += ["--stack-file", str(f)]
     # The two sides render at once, one process each: a side's own workers would only contend for the cores.
-    env = {**os.environ, "GPU_CLUSTER_JOBS": "1"}
+    env = {**os.environ, JOBS_ENV: "1"}
     return (subprocess.Popen(args, cwd=tree, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env),
             present, "")
 
