@@ -94,7 +94,7 @@ def _provider(res, by_urn) -> dict:
                                                                urn=prov.urn, name=prov.name)}
 
 
-def configure(stub, plan: Plan, config) -> str:
+def configure(stub, plan: Plan, config) -> bytes:
     """Configure the analyzer for `plan` and `config`; returns the configuration's key."""
     settings = reconciled_config(plan, config)
     request = analyzer_pb2.ConfigureAnalyzerRequest(policyConfig={
@@ -104,7 +104,7 @@ def configure(stub, plan: Plan, config) -> str:
     return request.SerializeToString(deterministic=True)
 
 
-def over_the_wire(stub, plan: Plan, config_key: str, answered: dict) -> set[tuple[str, str, str, str]]:
+def over_the_wire(stub, plan: Plan, config_key: bytes, answered: dict) -> set[tuple[str, str, str, str]]:
     """(policy, urn, enforcement, message) of every diagnostic the analyzer returns for `plan`, configured
     as `config_key` says; `answered` keeps the calls made so far, by configuration and request."""
     by_urn = plan.by_urn()
