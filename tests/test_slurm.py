@@ -208,12 +208,6 @@ def test_hello_py_compiles():
 
 
 # --- scripts run against stub tools -------------------------------------------------------------------
-@pytest.fixture(autouse=True)
-def quick_polls(monkeypatch):
-    """The scripts look again every 5 s while they wait; here every 0.2 s."""
-    monkeypatch.setattr(scripts, "POLL_S", 0.2)
-
-
 @pytest.fixture
 def node(tmp_path):
     """A GPU node laid out under tmp_path with stub hardware and cloud tools."""
@@ -237,7 +231,7 @@ def node(tmp_path):
                                       'if [ "$1" = show ]; then cat "$STUB_STATE/node" 2>/dev/null || true; fi\n')
     for name in ("fio", "scontrol"):
         (bin_dir / name).chmod(0o755)
-    env = stub_env(bin_dir, state)
+    env = stub_env(bin_dir, state, virtual_clock=True)  # waits take no time; sleep.log says how long
     return c, env, state, tmp_path
 
 
@@ -282,6 +276,7 @@ def test_health_waits_for_a_fabric_manager_still_starting(node):
     r, status = _health(node, fabricmanager="activating-then-active")
     assert r.returncode == 0 and status == "PASS\n", r.stderr
     assert "nvidia-fabricmanager active" in r.stdout
+    assert (node[2] / "sleep.log").read_text() == f"sleep {scripts.POLL_S}\n", "one poll's wait, then active"
 
 
 def _autofs_stat(node, directory: str) -> None:
@@ -399,6 +394,7 @@ def test_munge_head_makes_and_stores_the_key_node_waits(node):
     node_script = scripts.munge_key_script(c, "node", restart=("true",), wait_s=2, poll_s=1, key_owner=owner)
     r = _run(root / "node-munge", node_script, env)
     assert r.returncode == 1 and "still has no value after 2s" in r.stderr and not key_file.exists()
+    assert (st / "sleep.log").read_text() == "sleep 1\nsleep 1\n", "2 s of waiting in 1-s polls"
     assert "put-secret-value" not in (st / "aws.log").read_text()  # a GPU node never makes a key
     r = _run(root / "head-munge", scripts.munge_key_script(c, "head", restart=("true",), key_owner=owner), env)
     assert r.returncode == 0, r.stderr

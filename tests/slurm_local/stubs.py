@@ -104,6 +104,19 @@ printf '%12s %13s     float     sum      -1  1000.0  100.00  %s      0  1000.0  
 }
 
 
+VIRTUAL_CLOCK = r'''# Sourced by every bash the tests start (BASH_ENV): `sleep N` records N and moves bash's own clock,
+# $SECONDS, on by N (rounded up to a whole second) instead of waiting. The scripts' deadlines are all
+# `deadline=$((SECONDS + WAIT))` loops, so they run exactly as on a node, in no time.
+sleep() {
+  local s=${1:-1} whole
+  whole=${s%%.*}
+  [ "$whole" = "$s" ] || whole=$((${whole:-0} + 1))
+  echo "sleep $s" >> "$STUB_STATE/sleep.log"
+  SECONDS=$((SECONDS + whole))
+}
+'''
+
+
 def write_stubs(bin_dir: Path) -> None:
     bin_dir.mkdir(parents=True, exist_ok=True)
     for name, body in STUBS.items():
@@ -122,8 +135,14 @@ def write_state(state: Path, **values: object) -> None:
         (state / key).write_text(text)
 
 
-def stub_env(bin_dir: Path, state: Path, base: dict | None = None) -> dict:
+def stub_env(bin_dir: Path, state: Path, base: dict | None = None, virtual_clock: bool = False) -> dict:
+    """The environment the scripts run in: the stubs first on PATH; with `virtual_clock`, `sleep` is
+    VIRTUAL_CLOCK's (the real Slurm harness keeps real time: its daemons do not share the scripts' clock)."""
     env = dict(base if base is not None else os.environ)
     env["PATH"] = f"{bin_dir}:{env.get('PATH', '/usr/bin:/bin')}"
     env["STUB_STATE"] = str(state)
+    if virtual_clock:
+        clock = bin_dir / "virtual-clock.bash"
+        clock.write_text(VIRTUAL_CLOCK)
+        env["BASH_ENV"] = str(clock)
     return env
