@@ -55,9 +55,9 @@ check: $(STAMP) ## run the policy pack on a plan or `pulumi stack export` file (
 	@test -n "$$PLAN" || { echo "error: give a plan file: make check PLAN=path/to/plan.json" >&2; exit 2; }
 	$(GPU) check "$$PLAN" $(if $(POLICY_CONFIG),--policy-config "$$POLICY_CONFIG")
 
-review: $(STAMP) ## write build/review.md: every stack at BASE vs the work tree (BASE=origin/main)
+review: $(STAMP) ## write build/review.md: every stack at BASE vs the work tree (BASE=origin/main; STACK=... for one)
 	@test -n "$$BASE" || { echo "error: give a base ref: make review BASE=origin/main" >&2; exit 2; }
-	$(GPU) review --base "$$BASE"
+	$(GPU) review --base "$$BASE" $(if $(STACK),--stack "$$STACK")
 
 catalog: $(STAMP) ## list tiers, shapes, zones and prices (ARGS='--cloud aws --json' to filter)
 	$(GPU) catalog $$ARGS

@@ -17,14 +17,14 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from gpu_cluster import contracts, files, ui
 from gpu_cluster.commands.plan import JOBS_ENV
 from gpu_cluster.errors import EXIT_BAD_INPUT, EXIT_OK, UserError
 from gpu_cluster.plan import Plan, PlanFormatError, Resource, number
 from gpu_cluster.pricing import TC_FUNCTION, MonthlyCost, cost_controls_config, price_plan
-from gpu_cluster.render import ROOT, SAMPLE_STACKS
+from gpu_cluster.render import ROOT, SAMPLE_STACKS, STACK_NAME
 
 STATEFUL = frozenset({
     "aws:fsx/lustreFileSystem:LustreFileSystem", "aws:ebs/volume:Volume", "aws:s3/bucket:Bucket",
@@ -347,7 +347,25 @@ def _finish_side(proc: Optional[subprocess.Popen], files: list[Path], out: Path,
     return side
 
 
-def review_command(base: str, out: Path) -> int:
+def _at_base(base: str, path: str) -> bool:
+    return subprocess.run(["git", "cat-file", "-e", f"{base}:{path}"], cwd=ROOT, capture_output=True).returncode == 0
+
+
+def review_stacks(base: str, only: Sequence[str] = ()) -> list[str]:
+    """The stacks a review renders, sample stacks first: `only` (each must have a stack file in the work
+    tree or at BASE), else every sample stack and every stack file changed since BASE."""
+    for name in only:
+        path = f"stacks/Pulumi.{name}.yaml"
+        if not STACK_NAME.fullmatch(name) or not (ROOT / path).is_file() and not _at_base(base, path):
+            known = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in (ROOT / "stacks").glob("Pulumi.*.yaml"))
+            raise ReviewError(f"--stack {name!r}: there is no {path} in the work tree or at {base}; stacks here: "
+                              f"{', '.join(known)}")
+    order = {s: i for i, s in enumerate(SAMPLE_STACKS)}
+    chosen = set(only) if only else set(SAMPLE_STACKS) | set(changed_stacks(base))
+    return sorted(chosen, key=lambda s: (order.get(s, len(order)), s))
+
+
+def review_command(base: str, out: Path, only: Sequence[str] = ()) -> int:
     """Render both sides in parallel, compare, write `out`; 2 when a stack failed to render on a side."""
     if base.startswith("-"):
         raise ReviewError(f"BASE={base!r} is not a git ref (it starts with '-')")
@@ -356,8 +374,7 @@ def review_command(base: str, out: Path) -> int:
     except ReviewError:
         raise ReviewError(f"BASE={base!r} is not a commit in this repository") from None
     files.output_file(out, "--out")
-    order = {s: i for i, s in enumerate(SAMPLE_STACKS)}
-    stacks = sorted(set(SAMPLE_STACKS) | set(changed_stacks(base)), key=lambda s: (order.get(s, len(order)), s))
+    stacks = review_stacks(base, only)
     with tempfile.TemporaryDirectory(prefix="gpu-cluster-review-") as tmp:
         tree = Path(tmp) / "base"
         _git("worktree", "add", "--detach", "--quiet", str(tree), f"{base}^{{commit}}")

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from gpu_cluster import review as review_mod
+from gpu_cluster.render import ROOT, SAMPLE_STACKS
 from gpu_cluster.review import diff_plans, render_markdown, review_stack
 
 P5_NODE_MONTH = 55.04 * 730      # catalog: p5.48xlarge on-demand, us-east-1
@@ -116,7 +118,9 @@ def test_make_review_against_a_base_ref(tmp_path):
     handler = clone / "components" / "tencentcloud" / "scf_cost_controls.py"
     handler.write_text(handler.read_text() + "# a comment: new code, the same schedule\n")
     run("git", "-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-qam", "grow the data disk")
-    result = subprocess.run([sys.executable, "-m", "gpu_cluster", "review", "--base", "HEAD~1", "--out",
+    # The stacks whose rows the test reads: the changed one, an unchanged one, and the Tencent package's.
+    only = [a for s in ("tencent-scheduled", "aws-large", "aws-entry") for a in ("--stack", s)]
+    result = subprocess.run([sys.executable, "-m", "gpu_cluster", "review", "--base", "HEAD~1", *only, "--out",
                              str(tmp_path / "review.md")], cwd=clone, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     md = (tmp_path / "review.md").read_text()
@@ -130,3 +134,21 @@ def test_make_review_against_a_base_ref(tmp_path):
     row = next(line for line in md.splitlines() if line.startswith("| tencent-scheduled |"))
     assert row.startswith("| tencent-scheduled | 0 | 1 | 0 | 0 |") and "+0.00 CNY" in row, row
     assert "| change | `tencentcloud:Scf/function:Function` | `tc-lab-cost-controls` | zipFile (code only) |" in md
+    assert [line.split(" | ")[0] for line in md.splitlines() if line.startswith("| aws-") or line.startswith("| tencent-")][:3] == [
+        "| aws-entry", "| aws-large", "| tencent-scheduled"], "only the named stacks, sample stacks in their order"
+    assert "review of 3 stack(s)" in result.stdout
+
+
+def test_a_review_covers_every_sample_stack_and_every_changed_stack_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(review_mod, "changed_stacks", lambda base: ["aws-entry", "zz-new", "a-new"])
+    assert review_mod.review_stacks("HEAD") == [*SAMPLE_STACKS, "a-new", "zz-new"]
+    assert review_mod.review_stacks("HEAD", ["tencent-mid", "aws-large", "aws-large"]) == ["aws-large", "tencent-mid"]
+
+
+@pytest.mark.parametrize("name", ["no-such-stack", "../aws-entry", "-x"])
+def test_a_review_of_an_unknown_stack_is_one_sentence(name, tmp_path):
+    result = subprocess.run([sys.executable, "-m", "gpu_cluster", "review", "--base", "HEAD", f"--stack={name}",
+                             "--out", str(tmp_path / "r.md")], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and f"--stack {name!r}: there is no stacks/Pulumi.{name}.yaml" in result.stderr
+    assert "aws-entry, aws-large" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "r.md").exists()

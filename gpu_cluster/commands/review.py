@@ -1,7 +1,7 @@
 """`gpu-cluster review --base REF`: a pull-request review of every stack, without cloud credentials.
 
-Renders each sample stack (and every stack file changed since REF) with the code of REF and of the
-work tree, and writes Markdown: resources added / changed / replaced / deleted, monthly cost before
+Renders each sample stack (and every stack file changed since REF), or only the stacks named with
+`--stack`, with the code of REF and of the work tree, and writes Markdown: resources added / changed / replaced / deleted, monthly cost before
 → after, new and fixed policy violations. Exit 0 when both sides rendered, 2 when a stack could not
 be rendered on either side (the reason is in the review and on standard output) or REF is not a commit.
 """
@@ -16,6 +16,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("review", help="Markdown review of every stack between a git ref and the work tree",
                        description=__doc__.split("\n\n")[0].split(": ", 1)[1])
     p.add_argument("--base", required=True, metavar="REF", help="git ref to compare against (e.g. origin/main)")
+    p.add_argument("--stack", action="append", default=[], metavar="NAME",
+                   help="review only this stack (repeatable; default: every sample stack and every stack file "
+                        "changed since REF)")
     p.add_argument("--out", default="build/review.md", metavar="FILE", help="output file (default: build/review.md)")
     p.set_defaults(run=run)
 
@@ -23,4 +26,4 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from gpu_cluster.review import review_command
 
-    return review_command(args.base, Path(args.out))
+    return review_command(args.base, Path(args.out), args.stack)
