@@ -24,7 +24,7 @@ from gpu_cluster.commands.plan import JOBS_ENV
 from gpu_cluster.errors import EXIT_BAD_INPUT, EXIT_OK, UserError
 from gpu_cluster.plan import Plan, PlanFormatError, Resource, number
 from gpu_cluster.pricing import TC_FUNCTION, MonthlyCost, cost_controls_config, price_plan
-from gpu_cluster.render import ROOT, SAMPLE_STACKS, STACK_NAME
+from gpu_cluster.stackfile import ROOT, SAMPLE_STACKS, STACK_NAME
 
 STATEFUL = frozenset({
     "aws:fsx/lustreFileSystem:LustreFileSystem", "aws:ebs/volume:Volume", "aws:s3/bucket:Bucket",

@@ -40,7 +40,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def stack_files(stacks: list[str], files: list[str]) -> list[Path]:
     """The stack files to plan: named stacks of stacks/, then the given files; the samples by default."""
-    from gpu_cluster.render import SAMPLE_STACKS, STACKS_DIR, stack_path
+    from gpu_cluster.stackfile import SAMPLE_STACKS, STACKS_DIR, stack_path
 
     if not stacks and not files:
         stacks = list(SAMPLE_STACKS)
@@ -58,7 +58,7 @@ def stack_files(stacks: list[str], files: list[str]) -> list[Path]:
 def output_names(paths: list[Path], out: Path) -> dict[Path, str]:
     """The stack name each file's plan is written under, refusing names that would overwrite another
     file's plan: two files of one name, or a file outside stacks/ named like a stack of stacks/."""
-    from gpu_cluster.render import STACKS_DIR, stack_name_of
+    from gpu_cluster.stackfile import STACKS_DIR, stack_name_of
 
     names: dict[Path, str] = {}
     owner: dict[str, Path] = {}
@@ -80,12 +80,15 @@ def plan_one(path: Path, policy_config: Optional[dict], prices: Optional[str]) -
     """Render, price and check one stack file: ("ok", stack, plan document, report) or ("error", message,
     None, None). Errors are sentences, so a worker process hands them back like results."""
     from components.spec import SpecError
-    from gpu_cluster.plan import Plan
-    from gpu_cluster.render import read_stack_file, render
-    from gpu_cluster.report import build_report
+    from gpu_cluster.stackfile import read_stack_file, validate
 
     try:
         stack_file = read_stack_file(path)
+        validate(stack_file)  # a bad stack file is answered before the SDKs are imported
+        from gpu_cluster.plan import Plan
+        from gpu_cluster.render import render
+        from gpu_cluster.report import build_report
+
         rendered = render(stack_file)
         plan_doc = rendered.plan()
         report = build_report(rendered, Plan.from_doc(plan_doc), policy_config, prices=prices, stack_file=stack_file)
@@ -170,10 +173,13 @@ def rendered_in_order(paths: list[Path], policy_config: Optional[dict], prices: 
 
 def run(args: argparse.Namespace) -> int:
     from gpu_cluster.plan import Plan
-    from gpu_cluster.policyrun import load_policy_config
 
     out = files.output_dir(Path(args.out), "--out", create=False)
-    policy_config = load_policy_config(args.policy_config)
+    policy_config = None
+    if args.policy_config:
+        from gpu_cluster.policyrun import load_policy_config  # the policy pack: only when a config needs it
+
+        policy_config = load_policy_config(args.policy_config)
     if args.jobs is not None and args.jobs < 1:
         raise UserError(f"--jobs {args.jobs}: allowed: 1 or more stacks at once")
     jobs = args.jobs or jobs_default()

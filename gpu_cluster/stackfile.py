@@ -1,0 +1,94 @@
+"""A stack file: read and validated before anything imports the Pulumi SDKs, so bad input is answered
+at once (docs/architecture.md, "Stack file")."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+from components.catalog import CLOUDS
+from gpu_cluster.errors import UserError
+from gpu_cluster.files import load_yaml
+
+if TYPE_CHECKING:
+    from components.spec import Cluster
+
+ROOT = Path(__file__).resolve().parent.parent
+PROJECT = "gpu-cluster"
+STACKS_DIR = ROOT / "stacks"
+SAMPLE_STACKS = ("aws-entry", "aws-mid", "aws-large", "tencent-entry", "tencent-mid", "tencent-large",
+                 "aws-scheduled", "aws-reserved", "tencent-scheduled", "tencent-prepaid")
+CLUSTER_KEY = f"{PROJECT}:cluster"
+
+STACK_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
+"""Pulumi stack names: letters, digits, hyphens, underscores and periods, at most 100 characters (Pulumi
+documentation, "Stacks"; we also refuse a leading period, which would make a hidden plan file)."""
+OUR_KEYS = ("gpu-cluster:cluster", "gpu-cluster:prices")
+
+
+class StackFileError(UserError):
+    """A stack file that cannot be read (missing, not YAML, no `config`, a bad provider setting)."""
+
+
+@dataclass(frozen=True)
+class StackFile:
+    stack: str
+    path: Path
+    config: dict[str, Any]
+
+    @property
+    def regions(self) -> dict[str, Optional[str]]:
+        return {c: self.config.get(f"{c}:region") for c in CLOUDS}
+
+
+def stack_path(stack: str) -> Path:
+    return STACKS_DIR / f"Pulumi.{stack}.yaml"
+
+
+def stack_name_of(path: Path) -> str:
+    """The stack a file configures: `Pulumi.<stack>.yaml` (Pulumi's naming), else the file's stem."""
+    name = Path(path).name
+    for suffix in (".yaml", ".yml"):
+        if name.startswith("Pulumi.") and name.endswith(suffix):
+            return name[len("Pulumi."):-len(suffix)]
+    return Path(path).stem
+
+
+def read_stack_file(path: Path, stack: Optional[str] = None) -> StackFile:
+    """Read `Pulumi.<stack>.yaml`; the stack name comes from the file name unless given."""
+    path = Path(path)
+    try:
+        doc = load_yaml(path, "stack file")
+    except UserError as e:
+        raise StackFileError(str(e)) from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("config"), dict):
+        raise StackFileError(f"stack file {path} has no `config:` mapping")
+    config = doc["config"]
+    if CLUSTER_KEY not in config:
+        raise StackFileError(f"stack file {path} has no `{CLUSTER_KEY}` value")
+    for key, value in config.items():
+        if not isinstance(key, str):
+            raise StackFileError(f"stack file {path}: config key {key!r} is not a string; keys are "
+                                 f"<namespace>:<name>, e.g. aws:region")
+        if key.startswith("gpu-cluster:") and key not in OUR_KEYS:
+            raise StackFileError(f"stack file {path}: unknown config key {key!r}; allowed keys of gpu-cluster: "
+                                 f"{', '.join(OUR_KEYS)}")
+        if key.endswith(":region") and not isinstance(value, str):
+            raise StackFileError(f"stack file {path}: {key}={value!r} is not a region name; allowed: a string "
+                                 f"such as {'us-east-1' if key.startswith('aws') else 'ap-shanghai'}")
+    if stack is None:
+        stack = stack_name_of(path)
+    if not STACK_NAME.fullmatch(stack):
+        raise StackFileError(f"stack file {path}: stack name {stack!r} (from the file name) is not a valid "
+                             f"stack name; allowed: up to 100 letters, digits, '-', '_' and '.', not starting with '.' — "
+                             f"name the file Pulumi.<stack>.yaml")
+    return StackFile(stack=stack, path=path, config=config)
+
+
+def validate(stack_file: StackFile) -> Cluster:
+    """The validated cluster of a stack file, or `SpecError` — before anything is registered."""
+    from components.spec import load_spec
+
+    return load_spec(stack_file.config[CLUSTER_KEY], stack_file.regions)
