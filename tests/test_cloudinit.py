@@ -3,9 +3,6 @@ rendered script is valid bash that shellcheck accepts."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-
 import pytest
 import yaml
 
@@ -15,6 +12,7 @@ from components.cloudinit import (DATA_SCRIPT, MD_DEVICE, SCRATCH_SCRIPT, SCRATC
                                   render, scripts)
 from components.tencentcloud import boot as tencent_boot
 from gpu_cluster.render import SAMPLE_STACKS
+from tests.shellcheck import code_of, lint, representatives
 
 P5 = catalog.shape("aws", "p5.48xlarge")
 G4 = catalog.shape("aws", "g4dn.xlarge")
@@ -157,33 +155,12 @@ def _rendered_scripts(sample_plan) -> dict[str, str]:
     return out
 
 
-def _distinct_script_files(sample_plan, tmp_path) -> dict:
-    """Each distinct rendered script once (nodes of a stack share theirs word for word), as a file; by
-    path, the name of the first script with that text."""
-    found = _rendered_scripts(sample_plan)
-    assert len(found) >= 20
-    files = {}
-    for i, (script, name) in enumerate({s: n for n, s in reversed(list(found.items()))}.items()):
-        path = tmp_path / f"{i:03d}.sh"
-        path.write_text(script)
-        files[str(path)] = name
-    return files
-
-
-def test_every_boot_script_is_valid_bash(sample_plan, tmp_path):
-    for path, name in _distinct_script_files(sample_plan, tmp_path).items():
-        result = subprocess.run(["bash", "-n", path], capture_output=True, text=True)
-        assert result.returncode == 0, (name, result.stderr)
-
-
-def test_every_boot_script_passes_shellcheck(sample_plan, tmp_path):
-    shellcheck = shutil.which("shellcheck")
-    assert shellcheck, "shellcheck is required (Debian package `shellcheck`; .ci/run installs it)"
-    files = _distinct_script_files(sample_plan, tmp_path)
-    result = subprocess.run([shellcheck, "--shell=bash", "--severity=style", *files], capture_output=True, text=True)
-    report = "\n".join(files.get(line.split()[1], line) if line.startswith("In ") else line
-                       for line in result.stdout.splitlines()[:80])
-    assert result.returncode == 0, report
+def test_every_boot_script_is_valid_bash_and_passes_shellcheck(sample_plan, tmp_path):
+    scripts = _rendered_scripts(sample_plan)
+    assert len(scripts) >= 20
+    passed, report, linted = lint(scripts, tmp_path, "--shell=bash", "--severity=style")
+    assert passed, report
+    assert linted >= 5, "scratch, data disk, Lustre, agents: each kind of boot script"
 
 
 @pytest.mark.parametrize("model", [EBS_MODEL])
@@ -192,3 +169,16 @@ def test_scratch_disk_script_excludes_the_data_disk(model):
     script = scripts(boot)[SCRATCH_SCRIPT]
     assert f"MODEL='{model}'" in script and 'DATA_SERIAL=$(data_disk_serial || true)' in script
     assert "blkid -L scratch" in script and "/dev/sdg" not in script
+
+
+def test_scripts_that_differ_only_in_data_are_linted_once_and_a_finding_names_its_script(tmp_path):
+    body = "#!/bin/bash\n# shellcheck shell=bash\nset -euo pipefail\n# catalog row {row}\nGPUS='{n}'\necho \"$GPUS\"\n"
+    a, b = body.format(row="p5.48xlarge", n=8), body.format(row="g5.xlarge", n=1)
+    assert code_of(a) == code_of(b) and "# shellcheck shell=bash" in code_of(a) and code_of(a).startswith("#!/bin/bash")
+    assert code_of("X='$HOME'\n") != code_of("X='home'\n"), "a constant that could draw a finding is kept"
+    assert list(representatives({"b": b, "a": a})) == ["a"]
+    broken = "#!/bin/bash\nrm $1\n"  # SC2086: double quote to prevent globbing and word splitting
+    passed, report, linted = lint({"node-a": a, "node-b": b, "head-broken": broken}, tmp_path, "--severity=style")
+    assert not passed and "head-broken" in report and "SC2086" in report and linted == 2
+    passed, report, _ = lint({"head-unparsable": "#!/bin/bash\nif then\n"}, tmp_path)
+    assert not passed and report.startswith("bash -n head-unparsable: ")

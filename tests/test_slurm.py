@@ -23,6 +23,7 @@ from components.slurm.conf import Paths, hostlist
 from components.slurm.fabric import fabrics, sources
 from components.spec import load_spec
 from gpu_cluster.render import read_stack_file, stack_path
+from tests.shellcheck import lint
 from tests.slurm_local.stubs import stub_env, write_state, write_stubs
 
 jobs_mod = importlib.import_module("components.slurm.jobs")
@@ -179,28 +180,11 @@ def _every_script() -> dict[str, str]:
 
 
 def test_every_generated_script_passes_shellcheck_and_bash_n(tmp_path):
-    shellcheck = shutil.which("shellcheck")
-    if shellcheck is None:
-        pytest.fail("shellcheck is not installed: apt-get install -y shellcheck (it belongs in .ci/run's packages)")
-    files = []
-    unique: dict[str, str] = {}
-    for label, body in sorted(_every_script().items()):
-        unique.setdefault(body, label)  # many shapes share a script word for word: lint it once
-    for i, (body, label) in enumerate(unique.items()):
-        path = tmp_path / f"{i:04d}.sh"
-        path.write_text(body)
-        files.append((label, path))
-        r = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
-        assert r.returncode == 0, f"bash -n {label}: {r.stderr}"
-    halves = [files[0::2], files[1::2]]  # two shellcheck processes: this machine has two cores
-    procs = [subprocess.Popen([shellcheck, "-S", "style", *[str(p) for _, p in half]], stdout=subprocess.PIPE,
-                              text=True) for half in halves]
-    outputs = [(p.communicate()[0], p.returncode) for p in procs]
-    names = {str(p): label for label, p in files}
-    report = "\n".join(names.get(line.split()[1], line) if line.startswith("In ") else line
-                       for out, _ in outputs for line in out.splitlines()[:80])
-    assert all(rc == 0 for _, rc in outputs), report
-    assert len(files) > 60  # distinct scripts over every shape, both purchases, head and node
+    scripts = _every_script()
+    passed, report, linted = lint(scripts, tmp_path, "-S", "style")
+    assert passed, report
+    assert len(set(scripts.values())) > 60  # distinct scripts over every shape, both purchases, head and node
+    assert linted >= 20, "one of each kind of script: setup, health, munge, gate, jobs, for head and node"
 
 
 def test_hello_py_compiles():
