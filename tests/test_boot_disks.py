@@ -23,39 +23,45 @@ EBS = "Amazon Elastic Block Store"
 STORE = "Amazon EC2 NVMe Instance Storage"
 VOLUME = "vol-0a1b2c3d4e5f60718"
 
-# The stubs are small shell scripts reading answer files written from the layout (fast: the scripts'
-# wait loops call them hundreds of times).
-_LSBLK = r"""#!/bin/bash
-if [ "$1" = -dnpo ]; then cat "$LAYOUT/disks"; exit 0; fi
-dev=$(basename "${@: -1}")
+# The stubs are small POSIX shell scripts (dash starts faster than bash) reading answer files written
+# from the layout, with no process of their own beyond the `cat` they exec: the scripts' wait loops
+# call them hundreds of times.
+_LAST_ARG = 'for last; do :; done\n'
+_LSBLK = r"""#!/bin/sh
+if [ "$1" = -dnpo ]; then exec cat "$LAYOUT/disks"; fi
+""" + _LAST_ARG + r"""dev=${last##*/}
 [ -d "$LAYOUT/dev/$dev" ] || exit 32
-cat "$LAYOUT/dev/$dev/$1_$2"
+exec cat "$LAYOUT/dev/$dev/$1_$2"
 """
-_BLKID = r"""#!/bin/bash
-[ "$1" = -L ] && [ -f "$LAYOUT/label/$2" ] && cat "$LAYOUT/label/$2" && exit 0
+_BLKID = r"""#!/bin/sh
+[ "$1" = -L ] && [ -f "$LAYOUT/label/$2" ] && exec cat "$LAYOUT/label/$2"
 exit 2
 """
-_MOUNTPOINT = r"""#!/bin/bash
-[ -e "$LAYOUT/mounted/$(echo "${@: -1}" | tr / _)" ]
+# A mount point is marked by a .mounted file in its mirror under $LAYOUT/mounted (so a parent of a
+# mount point is not one).
+_MOUNTPOINT = r"""#!/bin/sh
+""" + _LAST_ARG + r"""[ -e "$LAYOUT/mounted$last/.mounted" ]
 """
-_SYSTEMCTL = r"""#!/bin/bash
-if [ "$1" = show ]; then cat "$LAYOUT/service/${@: -1}" 2>/dev/null || echo inactive; fi
+_SYSTEMCTL = r"""#!/bin/sh
+if [ "$1" = show ]; then
+""" + _LAST_ARG + r"""  if [ -f "$LAYOUT/service/$last" ]; then exec cat "$LAYOUT/service/$last"; fi
+  echo inactive
+fi
 exit 0
 """
-_CURL = r"""#!/bin/bash
-url=${@: -1}
-case "$url" in
+_CURL = r"""#!/bin/sh
+""" + _LAST_ARG + r"""case "$last" in
   */api/token) echo token ;;
   http://169.254.169.254/latest/meta-data/tags/instance/*)
-    key=${url#http://169.254.169.254/latest/meta-data/tags/instance/}
+    key=${last#http://169.254.169.254/latest/meta-data/tags/instance/}
     [ -f "$LAYOUT/tag/$key" ] || exit 22
-    cat "$LAYOUT/tag/$key" ;;
+    exec cat "$LAYOUT/tag/$key" ;;
   *) exit 22 ;;
 esac
 """
-_RECORD = r"""#!/bin/bash
-name=$(basename "$0")
-printf '%s' "$name" >> "$CALLS"; printf '\t%s' "$@" >> "$CALLS"; printf '\n' >> "$CALLS"
+_RECORD = r"""#!/bin/sh
+name=${0##*/}
+{ printf '%s' "$name"; printf '\t%s' "$@"; printf '\n'; } >> "$CALLS"
 [ ! -e "$LAYOUT/failing/$name" ]
 """
 
@@ -78,7 +84,9 @@ def _write_layout(root: Path, layout: dict) -> None:
         if d.get("label"):
             (root / "label" / d["label"]).write_text(d["name"] + "\n")
     for path in layout.get("mounted", []):
-        (root / "mounted" / path.replace("/", "_")).write_text("")
+        marker = root / "mounted" / path.lstrip("/") / ".mounted"
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text("")
     for name, state in layout.get("services", {}).items():
         (root / "service" / name).write_text(state + "\n")
     for key, value in layout.get("tags", {}).items():
@@ -161,6 +169,7 @@ def test_a_missing_drive_fails_loudly(stubs):
                                                  image_scratch=False))[SCRATCH_SCRIPT], layout)
     assert code == 1 and "expected 1 local NVMe drives, found 0: none" in err
     assert not [c for c in calls if c[0] in ("mdadm", "mkfs.xfs")]
+    assert [c for c in calls if c[0] == "sleep"] == [["sleep", "2"]] * 60, "two minutes of looking first"
 
 
 def test_a_failed_step_ends_the_script_with_its_reason(stubs):
