@@ -8,7 +8,11 @@ value and returns the plan as a `Plan`; components are built inside each test, b
 from __future__ import annotations
 
 import copy
+import fcntl
+import hashlib
 import json
+import os
+import pickle
 import sys
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -44,17 +48,46 @@ def stack_with(stack: str, changes: Optional[dict] = None, config: Optional[dict
 
 
 _RENDERS: dict[str, Any] = {}
+_SHARED: list[Path] = []
+"""The folder the test processes of one run share renders in (pytest-xdist workers), if any."""
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_renders(tmp_path_factory):
+    """Workers of one `pytest -n` run share each render: the first to need it renders, the others load it."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        folder = tmp_path_factory.getbasetemp().parent / "renders"
+        folder.mkdir(exist_ok=True)
+        _SHARED.append(folder)
+    yield
+    _SHARED.clear()
 
 
 def rendered(stack_file: StackFile):
-    """`render(stack_file)`, once per test session for equal stack files (a render is a pure function of
-    the stack file; 39 of 120 renders were repeats). Its `plan()` makes a new document on each call, so a
-    test may change what it gets; a render that fails is not kept, and fails again for the next test.
-    A test that changes the mocks' answers calls `render` itself."""
+    """`render(stack_file)`, once per test run for equal stack files (a render is a pure function of the
+    stack file; 39 of 120 renders were repeats, and the two workers rendered 13 stack files each). Its
+    `plan()` makes a new document on each call, so a test may change what it gets; a render that fails is
+    not kept, and fails again for the next test. A test that changes the mocks' answers calls `render`
+    itself."""
     key = json.dumps([stack_file.stack, str(stack_file.path), stack_file.config], sort_keys=True)
     if key not in _RENDERS:
-        _RENDERS[key] = render(stack_file)
+        _RENDERS[key] = _shared_render(key, stack_file) if _SHARED else render(stack_file)
     return _RENDERS[key]
+
+
+def _shared_render(key: str, stack_file: StackFile):
+    """The render of `stack_file` from the run's shared folder, made here (under a lock, so no two
+    workers render the same file) when no worker has made it yet."""
+    path = _SHARED[0] / hashlib.sha256(key.encode()).hexdigest()
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if path.exists():
+            return pickle.loads(path.read_bytes())
+        result = render(stack_file)
+        partial = path.with_suffix(".partial")
+        partial.write_bytes(pickle.dumps(result))
+        partial.rename(path)
+        return result
 
 
 def render_plan(stack: str, changes: Optional[dict] = None, config: Optional[dict] = None) -> Plan:
