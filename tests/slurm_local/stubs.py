@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 from pathlib import Path
 
 STUBS: dict[str, str] = {
@@ -117,12 +118,21 @@ sleep() {
 '''
 
 
+def node_python() -> str:
+    """The interpreter the scripts' `python3` is: the system's, as on a node (Ubuntu's /usr/bin/python3),
+    not a version manager's shim on this machine's PATH, which starts several shells per call."""
+    return "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
+
+
 def write_stubs(bin_dir: Path) -> None:
     bin_dir.mkdir(parents=True, exist_ok=True)
     for name, body in STUBS.items():
         path = bin_dir / name
         path.write_text(body)
         path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    link = bin_dir / "python3"
+    link.unlink(missing_ok=True)
+    link.symlink_to(node_python())
 
 
 def write_state(state: Path, **values: object) -> None:
