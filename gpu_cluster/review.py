@@ -24,7 +24,7 @@ from gpu_cluster.commands.plan import JOBS_ENV
 from gpu_cluster.errors import EXIT_BAD_INPUT, EXIT_OK, UserError
 from gpu_cluster.plan import Plan, PlanFormatError, Resource, number
 from gpu_cluster.pricing import TC_FUNCTION, MonthlyCost, cost_controls_config, price_plan
-from gpu_cluster.stackfile import ROOT, SAMPLE_STACKS, STACK_NAME
+from gpu_cluster.stackfile import ROOT, SAMPLE_STACKS, STACK_NAME, known_stacks, stack_path
 
 STATEFUL = frozenset({
     "aws:fsx/lustreFileSystem:LustreFileSystem", "aws:ebs/volume:Volume", "aws:s3/bucket:Bucket",
@@ -355,11 +355,11 @@ def review_stacks(base: str, only: Sequence[str] = ()) -> list[str]:
     """The stacks a review renders, sample stacks first: `only` (each must have a stack file in the work
     tree or at BASE), else every sample stack and every stack file changed since BASE."""
     for name in only:
-        path = f"stacks/Pulumi.{name}.yaml"
-        if not STACK_NAME.fullmatch(name) or not (ROOT / path).is_file() and not _at_base(base, path):
-            known = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in (ROOT / "stacks").glob("Pulumi.*.yaml"))
-            raise ReviewError(f"--stack {name!r}: there is no {path} in the work tree or at {base}; stacks here: "
-                              f"{', '.join(known)}")
+        path = stack_path(name)
+        relative = path.relative_to(ROOT).as_posix()
+        if not STACK_NAME.fullmatch(name) or not path.is_file() and not _at_base(base, relative):
+            raise ReviewError(f"--stack {name!r}: there is no {relative} in the work tree or at {base}; stacks here: "
+                              f"{', '.join(known_stacks())}")
     order = {s: i for i, s in enumerate(SAMPLE_STACKS)}
     chosen = set(only) if only else set(SAMPLE_STACKS) | set(changed_stacks(base))
     return sorted(chosen, key=lambda s: (order.get(s, len(order)), s))

@@ -47,6 +47,11 @@ def stack_path(stack: str) -> Path:
     return STACKS_DIR / f"Pulumi.{stack}.yaml"
 
 
+def known_stacks() -> list[str]:
+    """The stacks with a file in stacks/, by name: what a wrong --stack is told it may name."""
+    return sorted(stack_name_of(p) for p in STACKS_DIR.glob("Pulumi.*.yaml"))
+
+
 def stack_name_of(path: Path) -> str:
     """The stack a file configures: `Pulumi.<stack>.yaml` (Pulumi's naming), else the file's stem."""
     name = Path(path).name

@@ -40,7 +40,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def stack_files(stacks: list[str], files: list[str]) -> list[Path]:
     """The stack files to plan: named stacks of stacks/, then the given files; the samples by default."""
-    from gpu_cluster.stackfile import SAMPLE_STACKS, STACKS_DIR, stack_path
+    from gpu_cluster.stackfile import SAMPLE_STACKS, known_stacks, stack_path
 
     if not stacks and not files:
         stacks = list(SAMPLE_STACKS)
@@ -48,8 +48,7 @@ def stack_files(stacks: list[str], files: list[str]) -> list[Path]:
     for name in stacks:
         path = stack_path(name)
         if not path.is_file():
-            known = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in STACKS_DIR.glob("Pulumi.*.yaml"))
-            raise UserError(f"--stack {name!r}: there is no stacks/Pulumi.{name}.yaml; stacks here: {', '.join(known)} "
+            raise UserError(f"--stack {name!r}: there is no stacks/Pulumi.{name}.yaml; stacks here: {', '.join(known_stacks())} "
                             f"(or give any file with --stack-file)")
         paths.append(path)
     return paths + [Path(f) for f in files]
