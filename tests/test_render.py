@@ -200,17 +200,32 @@ def dying(path, policy_config, prices):
         raise SystemExit(4)
     return real(path, policy_config, prices)
 plan_cmd.plan_one = dying
+if sys.argv[2] == "dies-while-handing-out":
+    # The race a busy machine opens: the first worker dies before the last stack is handed to the pool.
+    import time
+    from concurrent.futures import ProcessPoolExecutor
+    submit = ProcessPoolExecutor.submit
+    def late_submit(self, *args):
+        if self._pending_work_items:  # not the first stack: wait for the dying worker to break the pool
+            deadline = time.monotonic() + 60
+            while not self._broken and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert self._broken, "the pool never broke"
+        return submit(self, *args)
+    ProcessPoolExecutor.submit = late_submit
 sys.exit(cli.main(["plan", "--stack", "aws-entry", "--stack", "tencent-entry", "--stack", "tencent-scheduled",
                    "--jobs", "2", "--out", sys.argv[1]]))
 """
 
 
-def test_a_worker_that_dies_is_reported_for_its_stack_and_the_command_ends(tmp_path):
+@pytest.mark.parametrize("when", ["dies-while-rendering", "dies-while-handing-out"])
+def test_a_worker_that_dies_is_reported_for_its_stack_and_the_command_ends(tmp_path, when):
     """A render that kills its process (os._exit) or raises SystemExit: the stack is named, the command
-    returns 2 instead of waiting for ever, and the stacks around it are planned. (In a fresh process:
-    the workers are forked, and a test runner's own threads must not be forked with them.)"""
-    result = subprocess.run([sys.executable, "-c", DYING_PLAN, str(tmp_path)], cwd=ROOT, capture_output=True,
-                            text=True, timeout=300)
+    returns 2 instead of waiting for ever, and the stacks around it are planned, also when the pool
+    breaks before every stack was handed to it. (In a fresh process: the workers are forked, and a test
+    runner's own threads must not be forked with them.)"""
+    result = subprocess.run([sys.executable, "-c", DYING_PLAN, str(tmp_path), when], cwd=ROOT,
+                            capture_output=True, text=True, timeout=300)
     assert result.returncode == 2, result.stderr
     assert "Pulumi.aws-entry.yaml: the process rendering it stopped" in result.stderr
     assert "Pulumi.tencent-entry.yaml" in result.stderr and "SystemExit" in result.stderr

@@ -134,12 +134,17 @@ def rendered_in_order(paths: list[Path], policy_config: Optional[dict], prices: 
     if jobs <= 1 or len(paths) <= 1 or sys.platform != "linux":
         return map(_plan_in_worker, work)
     import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import Future, ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
     context = multiprocessing.get_context("fork")
     pool = ProcessPoolExecutor(min(jobs, len(paths)), mp_context=context)
-    futures = [pool.submit(_plan_in_worker, job) for job in work]  # forks every worker now
+    futures: list[Optional[Future]] = []
+    for job in work:  # forks every worker now
+        try:
+            futures.append(pool.submit(_plan_in_worker, job))
+        except BrokenProcessPool:  # a worker died before every stack was handed out
+            futures.append(None)
 
     def alone(job: tuple[Path, Optional[dict], Optional[str]]) -> tuple[str, Any, Any, Any]:
         # A dead worker breaks the whole pool: each stack it took down is tried again in its own process
@@ -157,12 +162,15 @@ def rendered_in_order(paths: list[Path], policy_config: Optional[dict], prices: 
             for job, future in zip(work, futures):
                 if not broken:
                     try:
-                        yield future.result()
-                        continue
+                        if future is not None:
+                            yield future.result()
+                            continue
                     except BrokenProcessPool:
-                        broken = True
-                        pool.shutdown(wait=True, cancel_futures=True)
-                finished = future.done() and not future.cancelled() and future.exception() is None
+                        pass
+                    broken = True
+                    pool.shutdown(wait=True, cancel_futures=True)
+                finished = (future is not None and future.done() and not future.cancelled()
+                            and future.exception() is None)
                 yield future.result() if finished else alone(job)
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
