@@ -109,6 +109,29 @@ def test_the_check_names_resource_argument_rule_and_source():
     assert "no provider contract for this type" in unknown_type
 
 
+ROLE = "aws:iam/role:Role"
+TRUST = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow"}]}
+
+
+def test_an_auto_named_role_is_checked_in_the_name_pulumi_gives_it():
+    """IAM role names are 1-64 characters; with `name` unset the bridge names the role <logical name>-<7
+    random hex>, so a 57-character logical name is one too many, and an explicit name is checked as given."""
+    assert contracts.check_resource(ROLE, "r" * 56, {"assumeRolePolicy": TRUST}) == []
+    [long] = contracts.check_resource(ROLE, "r" * 57, {"assumeRolePolicy": TRUST})
+    assert "with name unset, Pulumi names it" in long and "(65 characters)" in long and "role.go" in long
+    assert contracts.check_resource(ROLE, "r" * 57, {"assumeRolePolicy": TRUST, "name": "short"}) == []
+    [given] = contracts.check_resource(ROLE, "r", {"assumeRolePolicy": TRUST, "name": "r" * 65})
+    assert "does not match the documented form" in given
+
+
+def test_the_longest_cluster_name_keeps_every_auto_named_role_within_iam_limits():
+    """Cluster names may have 24 characters; aws-scheduled has the longest role names (the cost controls'
+    `<cluster>-cost-controls-budget-stop-role`, 63 characters once auto-named). The render checks them."""
+    name = "a" * 24
+    roles = [r for r in rendered(stack_with("aws-scheduled", {"name": name})).registrations if r.type == ROLE]
+    assert roles and max(len(r.name) + contracts.AUTONAME_SUFFIX for r in roles) == 63
+
+
 def test_numbers_compare_by_value_and_booleans_also_as_text():
     assert contracts.check_resource("aws:cloudwatch/logGroup:LogGroup", "g", {"retentionInDays": 90.0}) == []
     assert contracts.check_resource("aws:ec2/launchTemplate:LaunchTemplate", "t",

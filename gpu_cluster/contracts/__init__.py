@@ -25,6 +25,7 @@ Entry format (engine camelCase names; nested blocks under `fields`, list element
                        pattern: "<regex the whole string value must match, as the API documents it>",
                        shrink: replace | fail, fields: {<nested argument>: {...}}, required: [<nested>, ...]}
         computed: [<attribute the provider sets itself>, ...]
+        autoname: <argument>    # the bridge fills it in when unset (below); its rules apply to that name
         notes: "..."
     functions:
       <invoke token>:
@@ -32,6 +33,11 @@ Entry format (engine camelCase names; nested blocks under `fields`, list element
         required: [...]
         arguments: {<argument>: {values: [...]}, ...}
         returns: [<attribute Read sets>, ...]
+
+An auto-named argument left unset gets the name Pulumi's Terraform bridge makes: the logical (URN) name,
+"-" and 7 random hex characters (pulumi/pulumi-terraform-bridge pkg/tfbridge/info/autonaming.go: AutoName,
+Separator "-", Randlen 7, ComputeAutoNameDefault). The checker applies the argument's documented form to
+that name, so a logical name that grows past a cloud's limit fails the render, not the `pulumi up`.
 """
 
 from __future__ import annotations
@@ -89,6 +95,8 @@ class Contract:
     at_least_one_of: tuple[tuple[str, ...], ...] = ()
     computed: frozenset[str] = frozenset()
     returns: frozenset[str] = frozenset()
+    autoname: Optional[str] = None
+    """The argument the bridge fills in from the logical name when it is unset."""
     notes: str = ""
 
     def paths(self) -> Iterator[tuple[str, Rule]]:
@@ -145,6 +153,7 @@ def _load(cloud: str) -> dict[str, Contract]:
                 at_least_one_of=tuple(tuple(g) for g in raw.get("at_least_one_of") or ()),
                 computed=frozenset(raw.get("computed") or ()),
                 returns=frozenset(raw.get("returns") or ()),
+                autoname=raw.get("autoname"),
                 notes=raw.get("notes") or "",
             )
     return out
@@ -260,9 +269,24 @@ def _check(token: str, kind: str, where: str, values: Mapping[str, Any]) -> list
     return problems
 
 
+AUTONAME_SUFFIX = 8
+"""What the bridge adds to a logical name: "-" and 7 random hex characters."""
+
+
 def check_resource(type_: str, name: str, inputs: Mapping[str, Any]) -> list[str]:
-    """Problems of one registration's inputs, as sentences (empty when it keeps the contract)."""
-    return _check(type_, "resource", f"resource {name!r} ({type_})", inputs)
+    """Problems of one registration's inputs, as sentences (empty when it keeps the contract), and of
+    the name the bridge gives it when its auto-named argument is unset."""
+    where = f"resource {name!r} ({type_})"
+    problems = _check(type_, "resource", where, inputs)
+    c = contract(type_)
+    if c is not None and c.autoname and inputs.get(c.autoname) is None:
+        rule = c.arguments.get(c.autoname)
+        auto = f"{name}-{'0' * (AUTONAME_SUFFIX - 1)}"
+        if rule is not None and rule.pattern is not None and re.fullmatch(rule.pattern, auto) is None:
+            problems.append(f"{where}: with {c.autoname} unset, Pulumi names it {name!r} plus '-' and 7 random "
+                            f"characters ({len(auto)} characters), which does not match the documented form "
+                            f"{rule.pattern} ({c.source})")
+    return problems
 
 
 def check_invoke(token: str, args: Mapping[str, Any]) -> list[str]:
