@@ -233,6 +233,28 @@ def test_aws_budget_stop_is_a_budgets_action_on_the_nodes(sample_plan):
     assert scheduler_role.inputs["forceDetachPolicies"] is True and deny.urn in scheduler_role.dependencies
 
 
+def test_dropping_the_budget_stop_replaces_the_scheduler_role_so_a_fired_hold_cannot_block_the_update(sample_plan):
+    """After the hold fired, Budgets has attached the deny policy to the schedules' role, and IAM refuses to
+    delete an attached policy. Dropping stop_at_pct deletes that policy: the update must also replace the
+    role (a new path), so Pulumi deletes the old role first (force-detaching the deny; in the old state it
+    depends on the policy) and the policy after it. A stack with the hold keeps the role's default path."""
+    from components.aws.costcontrol import HOLDLESS_PATH
+    from gpu_cluster.review import diff_plans
+
+    held = sample_plan("aws-scheduled")
+    free = Plan.from_doc(rendered(stack_with("aws-scheduled", {"budget": {"stop_at_pct": None}})).plan())
+    old_role = next(r for r in held.of_type(ROLE) if "scheduler-role" in r.name)
+    new_role = next(r for r in free.of_type(ROLE) if "scheduler-role" in r.name)
+    deny = next(r for r in held.of_type("aws:iam/policy:Policy") if r.name.endswith("hold-starts"))
+    assert "path" not in old_role.inputs and new_role.inputs["path"] == HOLDLESS_PATH
+    assert new_role.outputs["arn"].endswith(f":role{HOLDLESS_PATH}{new_role.outputs['name']}")
+    changes = {c.urn: c for c in diff_plans(held, free)}
+    assert changes[old_role.urn].action == "replace" and "path" in changes[old_role.urn].keys
+    assert changes[deny.urn].action == "delete" and deny.urn in old_role.dependencies
+    assert old_role.inputs["forceDetachPolicies"] is True
+    assert not free.of_type("aws:iam/policy:Policy") and not free.of_type(ACTION)
+
+
 def test_a_stack_without_controls_has_no_control_resources(sample_plan):
     plan = sample_plan("aws-large")
     assert not plan.of_type(SCHEDULE_T) and not plan.of_type(ACTION)

@@ -29,6 +29,12 @@ from components import windows as run_windows
 from components.aws.common import assume_role_policy, policy_output, tagged
 from components.spec import IdleStop, Schedule
 
+HOLDLESS_PATH = "/gpu-cluster/"
+"""The IAM path of a scheduler role that no budget hold can reach. `path` forces a new role (role.go),
+so dropping `budget.stop_at_pct` replaces the role: Pulumi deletes the old one (force-detaching a
+deny the hold attached) before the deny policy, which IAM would otherwise refuse to delete while it
+is attached (DeleteConflict). Roles with a hold keep the default path "/", as they always had."""
+
 IDLE_PERIOD_S = 300
 """The idle-stop alarm judges 5-minute averages (the spec's for_minutes is a multiple of 5)."""
 
@@ -70,7 +76,8 @@ class CostControls(pulumi.ComponentResource):
         # The hold's deny policy exists before the scheduler role and goes after it: AWS Budgets attaches
         # it to the role outside the stack, IAM refuses to delete an attached policy (the provider's policy
         # delete does not detach it), and the role is deleted with force_detach_policies, which detaches
-        # it. So a destroy after the hold fired still works.
+        # it. So a destroy after the hold fired still works, and so does an update that drops
+        # stop_at_pct: that replaces the role (HOLDLESS_PATH), whose old self goes first.
         self._deny: Optional[aws.iam.Policy] = None
         if args.schedule is not None and args.stop_at_pct is not None:
             self._deny = self._hold_policy(name, args, child)
@@ -86,7 +93,8 @@ class CostControls(pulumi.ComponentResource):
         role_name = f"{name}-scheduler-role"
         role = aws.iam.Role(role_name, assume_role_policy=assume_role_policy("scheduler.amazonaws.com"),
                             description=f"Starts and stops the nodes of {args.cluster_name} in their run windows",
-                            force_detach_policies=True, tags=tagged(args.tags, role_name),
+                            force_detach_policies=True, path=None if self._deny else HOLDLESS_PATH,
+                            tags=tagged(args.tags, role_name),
                             opts=pulumi.ResourceOptions(parent=self, depends_on=[self._deny] if self._deny else []))
         policy = aws.iam.RolePolicy(
             f"{name}-scheduler-start-stop", role=role.id,

@@ -151,8 +151,11 @@ COMPUTED: dict = {
     "aws:ec2/instance:Instance": _instance,
     "aws:ebs/volume:Volume": _id_arn("ec2", "volume/{id}"),
     "aws:cloudwatch/logGroup:LogGroup": _named_arn("logs", "log-group:{name}"),
+    # A role's ARN carries its path: arn:aws:iam::<account>:role/<path without its first />name (IAM user
+    # guide, "IAM identifiers": docs.aws.amazon.com/IAM/latest/UserGuide/reference_identifiers.html).
     "aws:iam/role:Role": lambda name, inputs, rid: {
-        "name": inputs.get("name") or rid, "arn": _arn("iam", f"role/{inputs.get('name') or rid}", region=False),
+        "name": inputs.get("name") or rid,
+        "arn": _arn("iam", f"role{inputs.get('path') or '/'}{inputs.get('name') or rid}", region=False),
         "uniqueId": f"AROA{_hex(name, n=17).upper()}"},
     "aws:iam/instanceProfile:InstanceProfile": _named_arn("iam", "instance-profile/{name}", region=False),
     "aws:iam/policy:Policy": lambda name, inputs, rid: {
