@@ -157,18 +157,20 @@ def rendered_in_order(paths: list[Path], policy_config: Optional[dict], prices: 
                                  f"the machine ran out of memory, not a fault of the stack file"), None, None
 
     def results() -> Iterator[tuple[str, Any, Any, Any]]:
-        broken = False
+        # A pool that broke while the stacks were handed out is shut down before any result is waited
+        # for: a stack submitted just as it broke may hold a future that never completes.
+        broken = None in futures
         try:
+            if broken:
+                pool.shutdown(wait=True, cancel_futures=True)
             for job, future in zip(work, futures):
                 if not broken:
                     try:
-                        if future is not None:
-                            yield future.result()
-                            continue
+                        yield future.result()
+                        continue
                     except BrokenProcessPool:
-                        pass
-                    broken = True
-                    pool.shutdown(wait=True, cancel_futures=True)
+                        broken = True
+                        pool.shutdown(wait=True, cancel_futures=True)
                 finished = (future is not None and future.done() and not future.cancelled()
                             and future.exception() is None)
                 yield future.result() if finished else alone(job)
