@@ -124,12 +124,24 @@ def test_an_auto_named_role_is_checked_in_the_name_pulumi_gives_it():
     assert "does not match the documented form" in given
 
 
-def test_the_longest_cluster_name_keeps_every_auto_named_role_within_iam_limits():
+def test_the_longest_names_and_windows_stay_within_the_documented_limits():
     """Cluster names may have 24 characters; aws-scheduled has the longest role names (the cost controls'
-    `<cluster>-cost-controls-budget-stop-role`, 63 characters once auto-named). The render checks them."""
-    name = "a" * 24
-    roles = [r for r in rendered(stack_with("aws-scheduled", {"name": name})).registrations if r.type == ROLE]
+    `<cluster>-cost-controls-budget-stop-role`, 63 characters once auto-named). With the 14 windows a
+    schedule may have and the longest time zone, the schedules' names and descriptions (at most 512
+    characters) also keep their contract: the render checks them all."""
+    from components.spec import _time_zones
+
+    zone = max(_time_zones(), key=len)
+    windows = [f"{day} {hours}" for day in ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+               for hours in ("00:00-11:00", "12:00-23:00")]
+    regs = rendered(stack_with("aws-scheduled", {"name": "a" * 24, "schedule": {"timezone": zone, "windows": windows}})
+                    ).registrations
+    roles = [r for r in regs if r.type == ROLE]
     assert roles and max(len(r.name) + contracts.AUTONAME_SUFFIX for r in roles) == 63
+    schedules = [r for r in regs if r.type == "aws:scheduler/schedule:Schedule"]
+    assert schedules and all(r.inputs["scheduleExpressionTimezone"] == zone for r in schedules)
+    assert all(all(w in r.inputs["description"] for w in windows) for r in schedules)
+    assert max(len(r.inputs["description"]) for r in schedules) <= 512
 
 
 def test_numbers_compare_by_value_and_booleans_also_as_text():
