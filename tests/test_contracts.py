@@ -144,6 +144,19 @@ def test_the_longest_names_and_windows_stay_within_the_documented_limits():
     assert max(len(r.inputs["description"]) for r in schedules) <= 512
 
 
+def test_cam_ids_are_numbers_as_the_provider_sets_them_and_the_attachment_needs_them():
+    """The provider parses a role policy attachment's policy_id as a number (strconv.Atoi) and fails the
+    create otherwise; CAM role and policy ids are numbers, so the mocks answer numbers and the check
+    refuses anything else."""
+    attach = "tencentcloud:Cam/rolePolicyAttachment:RolePolicyAttachment"
+    [bad] = contracts.check_resource(attach, "a", {"roleId": "4611686018427387905", "policyId": "tc-lab-policy-1a2b"})
+    assert "policyId='tc-lab-policy-1a2b' does not match the documented form [0-9]+" in bad
+    regs = {r.type: r for r in rendered(stack_with("tencent-scheduled")).registrations}
+    role, policy = regs["tencentcloud:Cam/role:Role"], regs["tencentcloud:Cam/policy:Policy"]
+    assert role.id.isdigit() and len(role.id) == 19 and policy.id.isdigit() and len(policy.id) == 9
+    assert regs[attach].inputs == {"roleId": role.id, "policyId": policy.id}
+
+
 def test_numbers_compare_by_value_and_booleans_also_as_text():
     assert contracts.check_resource("aws:cloudwatch/logGroup:LogGroup", "g", {"retentionInDays": 90.0}) == []
     assert contracts.check_resource("aws:ec2/launchTemplate:LaunchTemplate", "t",

@@ -29,11 +29,15 @@ Lookup = Callable[[dict], dict]
 COMPUTED: dict[str, Computed] = {**mocks_aws.COMPUTED, **mocks_tencentcloud.COMPUTED}
 LOOKUPS: dict[str, Lookup] = {**mocks_aws.LOOKUPS, **mocks_tencentcloud.LOOKUPS}
 ID_PREFIXES: dict[str, str] = {**mocks_aws.ID_PREFIXES, **mocks_tencentcloud.ID_PREFIXES}
+NUMERIC_IDS: dict[str, int] = dict(mocks_tencentcloud.NUMERIC_IDS)
 
 
 def mock_id(type_: str, name: str) -> str:
     """A stable, realistic-looking id: the type's id prefix plus a hash of the logical name."""
     digest = hashlib.sha256(f"{type_}::{name}".encode()).hexdigest()
+    digits = NUMERIC_IDS.get(type_)
+    if digits is not None:
+        return str(10 ** (digits - 1) + int(digest, 16) % (9 * 10 ** (digits - 1)))
     prefix = ID_PREFIXES.get(type_)
     if prefix is None:
         return f"{name}-{digest[:8]}"

@@ -16,6 +16,15 @@ def _digits(seed: str, n: int) -> str:
 
 
 # Provider type token → id prefix of the resource's physical id.
+NUMERIC_IDS: dict[str, int] = {
+    # CAM ids are numbers: a role's id is its RoleId, a policy's strconv.Itoa(PolicyId)
+    # (resource_tc_cam_role.go, resource_tc_cam_policy.go Create), and an attachment's policy_id must
+    # parse as one (resource_tc_cam_role_policy_attachment.go: strconv.Atoi).
+    "tencentcloud:Cam/role:Role": 19,
+    "tencentcloud:Cam/policy:Policy": 9,
+}
+"""Types whose ids are decimal numbers, with their number of digits."""
+
 ID_PREFIXES: dict[str, str] = {
     "tencentcloud:Vpc/instance:Instance": "vpc-",
     "tencentcloud:Subnet/instance:Instance": "subnet-",
