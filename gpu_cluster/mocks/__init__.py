@@ -33,11 +33,11 @@ NUMERIC_IDS: dict[str, int] = dict(mocks_tencentcloud.NUMERIC_IDS)
 
 
 def mock_id(type_: str, name: str) -> str:
-    """A stable, realistic-looking id: the type's id prefix plus a hash of the logical name."""
+    """A stable, realistic-looking id: the type's id prefix plus a hash of the logical name, or a number
+    where the cloud's ids are numbers (NUMERIC_IDS)."""
+    if type_ in NUMERIC_IDS:
+        return mocks_tencentcloud.digits(f"{type_}::{name}", NUMERIC_IDS[type_])
     digest = hashlib.sha256(f"{type_}::{name}".encode()).hexdigest()
-    digits = NUMERIC_IDS.get(type_)
-    if digits is not None:
-        return str(10 ** (digits - 1) + int(digest, 16) % (9 * 10 ** (digits - 1)))
     prefix = ID_PREFIXES.get(type_)
     if prefix is None:
         return f"{name}-{digest[:8]}"

@@ -11,11 +11,11 @@ _APP_ID = "1250000000"
 _UIN = "100000000001"
 
 
-def _digits(seed: str, n: int) -> str:
+def digits(seed: str, n: int) -> str:
+    """`n` decimal digits (the first never 0) derived from `seed`."""
     return str(int(hashlib.sha256(seed.encode()).hexdigest(), 16))[:n]
 
 
-# Provider type token → id prefix of the resource's physical id.
 NUMERIC_IDS: dict[str, int] = {
     # CAM ids are numbers: a role's id is its RoleId, a policy's strconv.Itoa(PolicyId)
     # (resource_tc_cam_role.go, resource_tc_cam_policy.go Create), and an attachment's policy_id must
@@ -25,6 +25,7 @@ NUMERIC_IDS: dict[str, int] = {
 }
 """Types whose ids are decimal numbers, with their number of digits."""
 
+# Provider type token → id prefix of the resource's physical id.
 ID_PREFIXES: dict[str, str] = {
     "tencentcloud:Vpc/instance:Instance": "vpc-",
     "tencentcloud:Subnet/instance:Instance": "subnet-",
@@ -58,7 +59,7 @@ ID_PREFIXES: dict[str, str] = {
 
 def _instance(name: str, inputs: dict, rid: str) -> dict:
     # A given private_ip is the instance's address (RunInstances VirtualPrivateCloud.PrivateIpAddresses).
-    return {"privateIp": inputs.get("privateIp") or f"10.0.{int(_digits(name, 3)) % 250}.{int(_digits(rid, 3)) % 250 + 2}",
+    return {"privateIp": inputs.get("privateIp") or f"10.0.{int(digits(name, 3)) % 250}.{int(digits(rid, 3)) % 250 + 2}",
             "instanceStatus": "RUNNING", "cpu": 0, "memory": 0, "createTime": "2026-11-30T00:00:00Z"}
 
 
@@ -66,7 +67,7 @@ def _file_system(name: str, inputs: dict, rid: str) -> dict:
     # Turbo's mount IP sits in its CCN range (cidrBlock); the fs id is the mount root directory.
     cidr = inputs.get("cidrBlock") or "10.0.0.0/24"
     base = cidr.split("/")[0].rsplit(".", 1)[0]
-    return {"mountIp": f"{base}.{int(_digits(rid, 2)) % 200 + 10}", "fsId": _digits(rid, 8),
+    return {"mountIp": f"{base}.{int(digits(rid, 2)) % 200 + 10}", "fsId": digits(rid, 8),
             "createTime": "2026-11-30T00:00:00Z"}
 
 
@@ -76,11 +77,11 @@ def _bucket(name: str, inputs: dict, rid: str) -> dict:
 
 
 def _vpc(name: str, inputs: dict, rid: str) -> dict:
-    return {"defaultRouteTableId": f"rtb-{_digits(rid, 8)}", "isDefault": False}
+    return {"defaultRouteTableId": f"rtb-{digits(rid, 8)}", "isDefault": False}
 
 
 def _eip(name: str, inputs: dict, rid: str) -> dict:
-    return {"publicIp": f"43.{int(_digits(rid, 3)) % 250}.{int(_digits(name, 3)) % 250}.10", "status": "UNBIND"}
+    return {"publicIp": f"43.{int(digits(rid, 3)) % 250}.{int(digits(name, 3)) % 250}.10", "status": "UNBIND"}
 
 
 # Provider type token → fn(name, inputs, id) → computed outputs.
@@ -112,8 +113,8 @@ def _cam_users(args: dict) -> dict:
     """Every e-mail asked for belongs to one CAM sub-user (the provider filters ListUsers by e-mail)."""
     email = args.get("email") or "mlops@example.com"
     name = email.split("@", 1)[0]
-    return {"id": f"users-{_digits(email, 8)}", "userLists": [{
-        "uid": int(_digits(email + "uid", 8)), "uin": int("1000" + _digits(email, 8)), "name": name, "userId": name,
+    return {"id": f"users-{digits(email, 8)}", "userLists": [{
+        "uid": int(digits(email + "uid", 8)), "uin": int("1000" + digits(email, 8)), "name": name, "userId": name,
         "email": email, "remark": "", "phoneNum": "", "countryCode": "86", "consoleLogin": 1}]}
 
 
@@ -143,7 +144,7 @@ def _instance_types(args: dict) -> dict:
                     "cpuCoreCount": vcpu, "memorySize": mem_gib, "gpuCoreCount": gpus,
                     "instanceChargeType": "POSTPAID_BY_HOUR", "status": "SELL",
                     "cbsConfigs": [_cbs_config(zone, family, "CLOUD_HSSD")] if cbs else []})
-    return {"id": f"types-{_digits(zone + ','.join(families), 8)}", "instanceTypes": out}
+    return {"id": f"types-{digits(zone + ','.join(families), 8)}", "instanceTypes": out}
 
 
 # The cvm_device alarm metrics the mock offers: CVM basics and the GPU metrics of the data API.
@@ -162,9 +163,9 @@ def _alarm_metrics(args: dict) -> dict:
 def _subnets(args: dict) -> dict:
     subnet_id = args.get("subnetId") or "subnet-00000000"
     return {"id": "subnets", "instanceLists": [{
-        "subnetId": subnet_id, "vpcId": f"vpc-{_digits(subnet_id, 8)}", "cidrBlock": "10.99.0.0/24",
+        "subnetId": subnet_id, "vpcId": f"vpc-{digits(subnet_id, 8)}", "cidrBlock": "10.99.0.0/24",
         "availabilityZone": args.get("availabilityZone") or "", "name": "shared", "isDefault": False,
-        "isMulticast": False, "routeTableId": f"rtb-{_digits(subnet_id + 'rtb', 8)}", "availableIpCount": 250,
+        "isMulticast": False, "routeTableId": f"rtb-{digits(subnet_id + 'rtb', 8)}", "availableIpCount": 250,
         "cdcId": "", "createTime": "2024-01-01 00:00:00", "tags": {}}]}
 
 
