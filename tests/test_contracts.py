@@ -157,6 +157,21 @@ def test_cam_ids_are_numbers_as_the_provider_sets_them_and_the_attachment_needs_
     assert regs[attach].inputs == {"roleId": role.id, "policyId": policy.id}
 
 
+def test_ids_the_provider_builds_from_arguments_are_mocked_in_its_form():
+    """COS bucket, SCF function and role policy attachment ids are made of their own arguments (each
+    Create's d.SetId); the bucket URL names the stack's region, not a fixed one."""
+    stack = stack_with("tencent-scheduled")
+    regs = {r.type: r for r in rendered(stack).registrations}
+    bucket = regs["tencentcloud:Cos/bucket:Bucket"]
+    assert bucket.id == bucket.inputs["bucket"] and bucket.id.endswith("-1250000000")
+    assert stack.config["tencentcloud:region"] == "ap-guangzhou"
+    assert bucket.outputs["cosBucketUrl"] == f"{bucket.id}.cos.ap-guangzhou.myqcloud.com"
+    function = regs["tencentcloud:Scf/function:Function"]
+    assert function.id == f"default+{function.inputs['name']}" and "namespace" not in function.inputs
+    attach = regs["tencentcloud:Cam/rolePolicyAttachment:RolePolicyAttachment"]
+    assert attach.id == f"{attach.inputs['roleId']}#{attach.inputs['policyId']}"
+
+
 def test_numbers_compare_by_value_and_booleans_also_as_text():
     assert contracts.check_resource("aws:cloudwatch/logGroup:LogGroup", "g", {"retentionInDays": 90.0}) == []
     assert contracts.check_resource("aws:ec2/launchTemplate:LaunchTemplate", "t",

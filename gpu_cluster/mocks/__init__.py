@@ -30,11 +30,16 @@ COMPUTED: dict[str, Computed] = {**mocks_aws.COMPUTED, **mocks_tencentcloud.COMP
 LOOKUPS: dict[str, Lookup] = {**mocks_aws.LOOKUPS, **mocks_tencentcloud.LOOKUPS}
 ID_PREFIXES: dict[str, str] = {**mocks_aws.ID_PREFIXES, **mocks_tencentcloud.ID_PREFIXES}
 NUMERIC_IDS: dict[str, int] = dict(mocks_tencentcloud.NUMERIC_IDS)
+IDS_FROM_INPUTS: dict[str, Callable[[dict], Optional[str]]] = dict(mocks_tencentcloud.IDS_FROM_INPUTS)
 
 
-def mock_id(type_: str, name: str) -> str:
-    """A stable, realistic-looking id: the type's id prefix plus a hash of the logical name, or a number
-    where the cloud's ids are numbers (NUMERIC_IDS)."""
+def mock_id(type_: str, name: str, inputs: Optional[dict] = None) -> str:
+    """A stable, realistic-looking id: what the provider builds from the inputs (IDS_FROM_INPUTS), a
+    number where the cloud's ids are numbers (NUMERIC_IDS), or the type's id prefix plus a hash of the
+    logical name."""
+    from_inputs = IDS_FROM_INPUTS.get(type_)
+    if from_inputs is not None and (rid := from_inputs(inputs or {})):
+        return rid
     if type_ in NUMERIC_IDS:
         return mocks_tencentcloud.digits(f"{type_}::{name}", NUMERIC_IDS[type_])
     digest = hashlib.sha256(f"{type_}::{name}".encode()).hexdigest()
@@ -56,7 +61,7 @@ class GpuClusterMocks(pulumi.runtime.Mocks):
         """Contract problems of those calls (a render with any fails)."""
 
     def new_resource(self, args: MockResourceArgs) -> tuple[Optional[str], dict]:
-        rid = args.resource_id or mock_id(args.typ, args.name)
+        rid = args.resource_id or mock_id(args.typ, args.name, args.inputs)
         outputs = dict(args.inputs)
         computed = COMPUTED.get(args.typ)
         if computed is not None:

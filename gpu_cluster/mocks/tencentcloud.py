@@ -1,11 +1,15 @@
 """What Tencent Cloud computes and answers, for the offline mocks (see gpu_cluster/mocks/__init__.py).
 
-Ids follow Tencent's formats: a resource prefix and 8 lowercase alphanumerics (vpc-1a2b3c4d).
+Ids follow Tencent's formats: a resource prefix and 8 lowercase alphanumerics (vpc-1a2b3c4d), a number
+(CAM), or what the provider builds from the resource's arguments (COS, SCF, CAM attachments).
 """
 
 from __future__ import annotations
 
 import hashlib
+from typing import Callable, Optional
+
+import pulumi
 
 _APP_ID = "1250000000"
 _UIN = "100000000001"
@@ -24,6 +28,19 @@ NUMERIC_IDS: dict[str, int] = {
     "tencentcloud:Cam/policy:Policy": 9,
 }
 """Types whose ids are decimal numbers, with their number of digits."""
+
+# Types whose id the provider builds from the resource's own arguments (its Create's d.SetId), as
+# fn(engine inputs) → id, or None when an argument it needs is missing.
+IDS_FROM_INPUTS: dict[str, Callable[[dict], Optional[str]]] = {
+    # d.SetId(bucket): the bucket's name with its appid (resource_tc_cos_bucket.go Create)
+    "tencentcloud:Cos/bucket:Bucket": lambda inputs: inputs.get("bucket"),
+    # d.SetId("<namespace>+<name>"), namespace defaulting to "default" (resource_tc_scf_function.go)
+    "tencentcloud:Scf/function:Function": lambda inputs: (
+        f"{inputs.get('namespace') or 'default'}+{inputs['name']}" if inputs.get("name") else None),
+    # d.SetId(roleId + "#" + strconv.Itoa(policyId)) (resource_tc_cam_role_policy_attachment.go Create)
+    "tencentcloud:Cam/rolePolicyAttachment:RolePolicyAttachment": lambda inputs: (
+        f"{inputs['roleId']}#{inputs['policyId']}" if inputs.get("roleId") and inputs.get("policyId") else None),
+}
 
 # Provider type token → id prefix of the resource's physical id.
 ID_PREFIXES: dict[str, str] = {
@@ -71,9 +88,14 @@ def _file_system(name: str, inputs: dict, rid: str) -> dict:
             "createTime": "2026-11-30T00:00:00Z"}
 
 
+def _region() -> str:
+    # The provider's region setting; ap-guangzhou is its documented default (provider.go "region").
+    return pulumi.Config("tencentcloud").get("region") or "ap-guangzhou"
+
+
 def _bucket(name: str, inputs: dict, rid: str) -> dict:
-    bucket = inputs.get("bucket", name)
-    return {"cosBucketUrl": f"{bucket}.cos.ap-shanghai.myqcloud.com"}
+    # "<id>.cos.<provider region>.myqcloud.com" (resource_tc_cos_bucket.go Read)
+    return {"cosBucketUrl": f"{rid}.cos.{_region()}.myqcloud.com"}
 
 
 def _vpc(name: str, inputs: dict, rid: str) -> dict:
