@@ -80,7 +80,7 @@ def render(stack_file: StackFile, program: Path = MAIN) -> Rendered:
     problems = list(mocks.problems)
     for reg in monitor.registrations:
         if reg.custom and not reg.type.startswith("pulumi:providers:"):
-            problems += contracts.check_resource(reg.type, reg.name, reg.inputs)
+            problems += contracts.check_resource(reg.type, reg.name, reg.inputs, reg.delete_before_replace)
     if problems:
         raise contracts.ContractError(problems)
     root = pulumi_settings.get_root_resource()

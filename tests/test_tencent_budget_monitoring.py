@@ -67,7 +67,25 @@ def test_gpu_alarms_idle_two_hours_and_hot_bound_to_every_node(sample_plan):
     bound = {json.loads(d["dimensionsJson"])["unInstanceId"] for d in binding["dimensions"]}
     # The GPU nodes, not the Slurm head node: it has no GPU metrics to watch.
     assert bound == {n.id for n in gpu_nodes(plan, "tencentcloud:Instance/instance:Instance")}
-    assert {"key": "gpu-cluster:name", "value": "tc-large"} in i["policyTags"]
+    # Tags on an alarm policy would bind every instance carrying them (the head node too), and only the
+    # first one (resource_tc_monitor_alarm_policy.go Create): the binding object is the only binding.
+    assert "policyTags" not in i
+    # Written as Read reports it back (compact JSON, the region), so the next `pulumi up` plans nothing.
+    assert all(d["region"] == "ap-shanghai" and d["dimensionsJson"] == json.dumps(json.loads(d["dimensionsJson"]),
+               separators=(",", ":")) for d in binding["dimensions"])
+
+
+def test_the_node_binding_is_deleted_before_its_replacement_is_created():
+    """Its Delete unbinds every object of the policy, and old and new share the policy's id: created
+    first, the new binding would be undone by the old one's delete, and no alarm would fire."""
+    from conftest import rendered, stack_with
+    from gpu_cluster import contracts
+
+    binding = "tencentcloud:Monitor/policyBindingObject:PolicyBindingObject"
+    regs = [r for r in rendered(stack_with("tencent-large", {"nodes": 3})).registrations if r.type == binding]
+    assert len(regs) == 1 and regs[0].delete_before_replace and len(regs[0].inputs["dimensions"]) == 3
+    [problem] = contracts.check_resource(binding, "b", regs[0].inputs, delete_before_replace=False)
+    assert "register it with delete_before_replace=True" in problem and "UnBindingAllPolicyObject" in problem
 
 
 def test_exports():

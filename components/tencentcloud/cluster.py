@@ -129,7 +129,8 @@ class ClusterComponent(pulumi.ComponentResource):
             emails=spec.budget.emails, tags=tags), opts=child)
 
         Monitoring(f"{name}-monitoring", MonitoringArgs(
-            cluster_name=name, node_ids=compute.node_ids, notice_id=budget.notice_id, tags=tags), opts=child)
+            cluster_name=name, node_ids=compute.node_ids, notice_id=budget.notice_id,
+            region=cluster.region), opts=child)
 
         # The windows start and stop the head node with the GPU nodes; idle stop only ever stops GPU nodes.
         every_node = compute.node_ids + ([head.instance_id] if head else [])

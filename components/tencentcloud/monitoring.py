@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Mapping, Optional, Sequence
+from typing import Optional, Sequence
 
 import pulumi
 import tencentcloud_iac_pulumi as tencentcloud
@@ -58,7 +58,8 @@ class MonitoringArgs:
     """Instances the policy watches."""
     notice_id: pulumi.Input[str]
     """Alarm notice (Budget) that receives the alarms."""
-    tags: Mapping[str, str]
+    region: str
+    """The provider region, in which the nodes run."""
 
 
 class Monitoring(pulumi.ComponentResource):
@@ -84,17 +85,24 @@ class Monitoring(pulumi.ComponentResource):
                               {"metric_name": "guest_reboot", "continue_period": 0, "period": 0,
                                "notice_frequency": 0, "is_power_notice": 0}],
             notice_ids=[args.notice_id],
-            policy_tags=[{"key": k, "value": v} for k, v in args.tags.items()],
+            # No policy_tags: they are not the policy's own tags (the resource has none) but a second way
+            # of binding objects, every instance carrying the tag, the head node too; Create binds only
+            # the first tag and policy_tag is ForceNew (resource_tc_monitor_alarm_policy.go v1.82.42).
             opts=child,
         )
-        # Cloud Monitor binds CVM objects by the dimension {"unInstanceId": <instance id>}
-        # (provider doc monitor_policy_binding_object).
+        # Cloud Monitor binds CVM objects by the dimension {"unInstanceId": <instance id>}, written compact
+        # as in the provider doc's example, with the region Read reports back, so the stored set matches
+        # (provider doc monitor_policy_binding_object; Read sets dimensions_json and region from the API).
+        # Delete unbinds every object of the policy (UnBindingAllPolicyObject) and the binding's id is
+        # the policy id, so a replacement that creates first and deletes second would unbind the new
+        # nodes too: the old binding goes first.
         tencentcloud.monitor.PolicyBindingObject(
             f"{prefix}-gpu-alarms-nodes",
             policy_id=policy.id,
             dimensions=[{"dimensions_json": pulumi.Output.from_input(node_id).apply(
-                lambda i: json.dumps({"unInstanceId": i}))} for node_id in args.node_ids],
-            opts=child,
+                lambda i: json.dumps({"unInstanceId": i}, separators=(",", ":"))), "region": args.region}
+                for node_id in args.node_ids],
+            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
         )
         self.policy_id = policy.id
         self.register_outputs({"policy_id": self.policy_id})

@@ -26,6 +26,8 @@ Entry format (engine camelCase names; nested blocks under `fields`, list element
                        shrink: replace | fail, fields: {<nested argument>: {...}}, required: [<nested>, ...]}
         computed: [<attribute the provider sets itself>, ...]
         autoname: <argument>    # the bridge fills it in when unset (below); its rules apply to that name
+        delete_before_replace: "<why>"   # a create-then-delete replacement breaks it: register it with
+                                         # delete_before_replace=True (the render refuses it otherwise)
         notes: "..."
     functions:
       <invoke token>:
@@ -97,6 +99,8 @@ class Contract:
     returns: frozenset[str] = frozenset()
     autoname: Optional[str] = None
     """The argument the bridge fills in from the logical name when it is unset."""
+    delete_before_replace: Optional[str] = None
+    """Why a replacement must delete the old resource before it creates the new one, if it must."""
     notes: str = ""
 
     def paths(self) -> Iterator[tuple[str, Rule]]:
@@ -154,6 +158,7 @@ def _load(cloud: str) -> dict[str, Contract]:
                 computed=frozenset(raw.get("computed") or ()),
                 returns=frozenset(raw.get("returns") or ()),
                 autoname=raw.get("autoname"),
+                delete_before_replace=raw.get("delete_before_replace"),
                 notes=raw.get("notes") or "",
             )
     return out
@@ -273,12 +278,17 @@ AUTONAME_SUFFIX = 8
 """What the bridge adds to a logical name: "-" and 7 random hex characters."""
 
 
-def check_resource(type_: str, name: str, inputs: Mapping[str, Any]) -> list[str]:
-    """Problems of one registration's inputs, as sentences (empty when it keeps the contract), and of
-    the name the bridge gives it when its auto-named argument is unset."""
+def check_resource(type_: str, name: str, inputs: Mapping[str, Any],
+                   delete_before_replace: Optional[bool] = None) -> list[str]:
+    """Problems of one registration's inputs, as sentences (empty when it keeps the contract), of the
+    name the bridge gives it when its auto-named argument is unset, and (when `delete_before_replace`,
+    the registration's option, is given) of a replacement order the provider cannot take."""
     where = f"resource {name!r} ({type_})"
     problems = _check(type_, "resource", where, inputs)
     c = contract(type_)
+    if c is not None and c.delete_before_replace and delete_before_replace is False:
+        problems.append(f"{where}: register it with delete_before_replace=True: {c.delete_before_replace} "
+                        f"({c.source})")
     if c is not None and c.autoname and inputs.get(c.autoname) is None:
         rule = c.arguments.get(c.autoname)
         auto = f"{name}-{'0' * (AUTONAME_SUFFIX - 1)}"
