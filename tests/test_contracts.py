@@ -198,3 +198,20 @@ def test_the_review_takes_replacement_and_refusals_from_the_contracts():
     assert diff_resource(*pair(node, {"hpcClusterId": "hpc-1"}, {"hpcClusterId": "hpc-2"})).action == "replace"
     lt = diff_resource(*pair("aws:ec2/launchTemplate:LaunchTemplate", {"name": "a"}, {"name": "b"}))
     assert lt.action == "replace"
+
+
+@pytest.mark.parametrize("type_, inputs, bad", [
+    # The DLM API takes only letters, digits, spaces, _ and - (lifecycle_policy.go; PolicyDescription)
+    ("aws:dlm/lifecyclePolicy:LifecyclePolicy", {"executionRoleArn": "arn", "policyDetails": {}},
+     "ml-backup: data volumes every 24 h, keep 7"),
+    # IAM CreateRole takes Latin-1 descriptions only (roleDescriptionType); the provider checks curly quotes only
+    ("aws:iam/role:Role", {"assumeRolePolicy": "{}"}, "VPC flow logs of ml → CloudWatch Logs"),
+])
+def test_descriptions_the_api_refuses_fail_the_render_and_the_samples_keep_to_them(type_, inputs, bad):
+    [problem] = contracts.check_resource(type_, "r", {**inputs, "description": bad})
+    assert "description=" in problem and "does not match the documented form" in problem
+    for stack in ("aws-entry", "aws-scheduled"):
+        descriptions = [r.inputs["description"] for r in rendered(stack_with(stack)).registrations
+                        if r.type == type_ and "description" in r.inputs]
+        assert descriptions and not [d for d in descriptions
+                                     if contracts.check_resource(type_, "r", {**inputs, "description": d})]

@@ -55,7 +55,8 @@ class Backup(pulumi.ComponentResource):
         policy_name = f"{name}-snapshots"
         policy = aws.dlm.LifecyclePolicy(
             policy_name,
-            description=f"{name}: data volumes every {args.every_hours} h, keep {args.retain}",
+            # letters, digits, spaces, _ and - only (the DLM API; the contract checks it)
+            description=f"{name} data volumes every {args.every_hours} h keep {args.retain}",
             execution_role_arn=role.arn,
             state="ENABLED",
             policy_details=aws.dlm.LifecyclePolicyPolicyDetailsArgs(

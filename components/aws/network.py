@@ -155,7 +155,8 @@ class Network(pulumi.ComponentResource):
             tags=tagged(args.tags, f"{name}-flow-logs"), opts=child)
         role = aws.iam.Role(
             f"{name}-flow-logs-role", assume_role_policy=assume_role_policy("vpc-flow-logs.amazonaws.com"),
-            description=f"VPC flow logs of {name} → CloudWatch Logs",
+            # Latin-1 only (CreateRole Description; the contract checks it)
+            description=f"VPC flow logs of {name} to CloudWatch Logs",
             tags=tagged(args.tags, f"{name}-flow-logs-role"), opts=child)
         aws.iam.RolePolicy(
             f"{name}-flow-logs-policy", role=role.id,
