@@ -102,7 +102,7 @@ class Monitoring(pulumi.ComponentResource):
             dimensions=[{"dimensions_json": pulumi.Output.from_input(node_id).apply(
                 lambda i: json.dumps({"unInstanceId": i}, separators=(",", ":"))), "region": args.region}
                 for node_id in args.node_ids],
-            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(delete_before_replace=True)),
         )
         self.policy_id = policy.id
         self.register_outputs({"policy_id": self.policy_id})
