@@ -6,7 +6,8 @@ added / changed / replaced / deleted, monthly cost before → after, and new and
 violations — both sides priced and checked by the work tree's pricer and policy pack, so the
 comparison measures the change, not the tooling. Replacement, and changes the provider refuses, are
 decided from the provider contracts (gpu_cluster/contracts/); a protected stateful resource that would
-be replaced or deleted gets a loud warning.
+be replaced or deleted gets a loud warning, and so does a replacement or deletion the provider's Delete
+would refuse (a termination-protected Tencent instance).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -40,6 +41,8 @@ class Change:
     keys: tuple[str, ...] = ()
     protected: bool = False
     why: str = ""
+    refused: str = ""
+    """Why the provider's Delete fails on the resource as the base state holds it (replace and delete)."""
 
     @property
     def name(self) -> str:
@@ -90,7 +93,7 @@ def _governing(c: Optional[contracts.Contract], path: str) -> Optional[contracts
     parts = path.split(".")
     for n in range(len(parts), 0, -1):
         rule = c.rule_at(".".join(parts[:n])) if c else None
-        if rule is not None and (rule.force_new or rule.immutable or rule.shrink):
+        if rule is not None and (rule.force_new or rule.force_new_if or rule.immutable or rule.shrink):
             return rule
     return None
 
@@ -119,7 +122,9 @@ def diff_resource(before: Resource, after: Resource) -> Optional[Change]:
         rule = _governing(c, path)
         old, new = _value_at(before.inputs, path), _value_at(after.inputs, path)
         shrinks = rule is not None and rule.shrink and (number(new) or 0) < (number(old) or 0)
-        if rule is not None and (rule.force_new or (shrinks and rule.shrink == "replace")):
+        replaces = rule is not None and (rule.force_new or
+                                         bool(rule.force_new_if and after.inputs.get(rule.force_new_if)))
+        if replaces or (shrinks and rule.shrink == "replace"):
             forced.append(f"{path}: {_show(old)} → {_show(new)}" + (" (shrinks)" if shrinks else ""))
         elif rule is not None and (rule.immutable or shrinks):
             blocked.append(f"{path}: {_show(old)} → {_show(new)} — the provider cannot make this change "
@@ -127,6 +132,23 @@ def diff_resource(before: Resource, after: Resource) -> Optional[Change]:
     if forced:
         return Change("replace", after.urn, after.type, tuple(keys), before.protect, ", ".join(forced + blocked))
     return Change("change", after.urn, after.type, tuple(keys), before.protect, ", ".join(blocked))
+
+
+# What lifts a Delete refusal in this program (the contract says why the provider refuses).
+_LIFT = {
+    "disableApiTermination": "lift it first with a `pulumi up` that sets criticality: standard (the provider turns "
+                             "termination protection off in place, ModifyInstancesAttribute), then make this change "
+                             "and set criticality back",
+}
+
+
+def _refusal(before: Resource) -> str:
+    """Why the provider's Delete fails on this resource as the state holds it, or ""."""
+    c = contracts.contract(before.type)
+    for arg, why in (c.delete_refused_while.items() if c else ()):
+        if before.inputs.get(arg) is True:
+            return f"{arg} is true and {why}" + (f"; {_LIFT[arg]}" if arg in _LIFT else "")
+    return ""
 
 
 def diff_plans(base: Optional[Plan], head: Optional[Plan]) -> list[Change]:
@@ -137,9 +159,12 @@ def diff_plans(base: Optional[Plan], head: Optional[Plan]) -> list[Change]:
             changes.append(Change("add", urn, r.type))
         else:
             change = diff_resource(before[urn], r)
+            if change and change.action == "replace":
+                change = replace(change, refused=_refusal(before[urn]))
             if change:
                 changes.append(change)
-    changes += [Change("delete", urn, r.type, protected=r.protect) for urn, r in before.items() if urn not in after]
+    changes += [Change("delete", urn, r.type, protected=r.protect, refused=_refusal(r))
+                for urn, r in before.items() if urn not in after]
     order = {"replace": 0, "delete": 1, "add": 2, "change": 3}
     return sorted(changes, key=lambda c: (order[c.action], c.urn))
 
@@ -233,6 +258,11 @@ def render_markdown(reviews: list[StackReview], base_ref: str) -> str:
             out.append(f"> - `{stack}`: **{c.action}** `{c.type}` `{c.name}`"
                        f"{' (' + c.why + ')' if c.why else ''}.{guard}")
         out.append("")
+    refused = [(r.stack, c) for r in reviews for c in r.changes if c.refused]
+    if refused:
+        out += ["> [!WARNING]", "> **`pulumi up` would fail here: the provider cannot delete these as they are.**"]
+        out += [f"> - `{stack}`: **{c.action}** `{c.type}` `{c.name}`: {c.refused}." for stack, c in refused]
+        out.append("")
     out += ["| stack | added | changed | replaced | deleted | monthly cost | new violations | fixed |",
             "|---|---|---|---|---|---|---|---|"]
     for r in reviews:
@@ -250,7 +280,7 @@ def render_markdown(reviews: list[StackReview], base_ref: str) -> str:
             out += ["", "| action | type | name | what |", "|---|---|---|---|"]
             for c in r.changes:
                 what = c.why or ", ".join(c.keys)
-                mark = " ⚠️" if c.dangerous else ""
+                mark = " ⚠️" if c.dangerous or c.refused else ""
                 out.append(f"| {c.action}{mark} | `{c.type}` | `{c.name}` | {what} |")
         for title, vs in (("New policy violations", r.new_violations), ("Fixed policy violations", r.fixed_violations)):
             if vs:
@@ -409,4 +439,6 @@ def review_command(base: str, out: Path, only: Sequence[str] = ()) -> int:
         ui.line(f"{label}: stack {stack} does not render: {why}")
     if any(c.dangerous for r in reviews for c in r.changes):
         ui.warn("stateful resources would be replaced or deleted; see the review")
+    if any(c.refused for r in reviews for c in r.changes):
+        ui.warn("the provider would refuse to delete resources this change replaces or removes; see the review")
     return EXIT_BAD_INPUT if failed else EXIT_OK

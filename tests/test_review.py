@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpu_cluster import review as review_mod
+from gpu_cluster.plan import Plan
 from gpu_cluster.render import ROOT, SAMPLE_STACKS
 from gpu_cluster.review import diff_plans, render_markdown, review_stack
 
@@ -152,3 +153,42 @@ def test_a_review_of_an_unknown_stack_is_one_sentence(name, tmp_path):
     assert result.returncode == 2 and f"--stack {name!r}: there is no stacks/Pulumi.{name}.yaml" in result.stderr
     assert "aws-entry, aws-large" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "r.md").exists()
+
+
+def test_deleting_a_protected_tencent_node_is_refused_until_criticality_lifts_it(sample_plan):
+    """Tencent's provider terminates without lifting termination protection (resource_tc_instance.go
+    v1.82.42): one node fewer on a critical cluster fails, unless a first `pulumi up` lifted it."""
+    from conftest import render_plan
+
+    critical, fewer = sample_plan("tencent-large"), render_plan("tencent-large", {"nodes": 1})
+    review = review_stack("tencent-large", critical, fewer)
+    [gone] = [c for c in review.changes if c.action == "delete" and c.type == "tencentcloud:Instance/instance:Instance"]
+    assert gone.name == "tc-large-node-1" and "disableApiTermination is true" in gone.refused
+    assert "criticality: standard" in gone.refused
+    md = render_markdown([review], "main")
+    assert "`pulumi up` would fail here" in md and "`tc-large-node-1`: " in md
+    # The remedy the warning names: criticality: standard turns protection off in place, refusing nothing ...
+    lifted = render_plan("tencent-large", {"criticality": "standard"})
+    first = {c.name: c for c in diff_plans(critical, lifted) if c.type == "tencentcloud:Instance/instance:Instance"}
+    assert set(first) == {"tc-large-node-0", "tc-large-node-1"}
+    assert {(c.action, c.refused, "disableApiTermination" in c.keys) for c in first.values()} == {("change", "", True)}
+    # ... after which the smaller cluster goes through.
+    after = [c for c in diff_plans(lifted, render_plan("tencent-large", {"nodes": 1, "criticality": "standard"}))
+             if c.refused]
+    assert after == []
+    assert "would fail" not in render_markdown([review_stack("tencent-large", lifted, lifted)], "main")
+
+
+def test_a_slurm_change_replaces_the_tencent_head_node_and_nothing_refuses_it(slurm_plan):
+    """The head node's user data replaces it (userDataReplaceOnChange: a conditional force-new in the
+    contract), and a critical cluster's head node is not protected, so the replacement can delete it."""
+    from conftest import rendered, slurm_stack_with
+
+    base = slurm_plan("tencent-large")
+    head = Plan.from_doc(rendered(slurm_stack_with("tencent-large", {"nodes": 3})).plan())
+    [replaced] = [c for c in diff_plans(base, head)
+                  if c.action == "replace" and c.type == "tencentcloud:Instance/instance:Instance"]
+    assert replaced.name == "tc-large-head" and replaced.why.startswith("userData: ")
+    assert replaced.refused == ""
+    # The nodes' user data is not replace-on-change: their new slurm.conf never replaces a GPU node.
+    assert {c.action for c in diff_plans(base, head) if c.name in ("tc-large-node-0", "tc-large-node-1")} == {"change"}

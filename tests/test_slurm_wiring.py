@@ -199,7 +199,9 @@ def test_tencent_head_node_is_private_in_the_cluster_subnet_with_its_role(slurm_
         subnet.id, [group.id], "ap-shanghai-5")
     assert head["allocatePublicIp"] is False and head["hostname"] == "tc-large-head"
     assert head["privateIp"] == head_address(subnet.inputs["cidrBlock"]) == "10.50.0.10"
-    assert head["instanceChargeType"] == "POSTPAID_BY_HOUR" and head["disableApiTermination"] is True
+    # Not protected although tc-large is critical: a Slurm change replaces it, and Tencent's Delete does
+    # not lift the protection (the contract's delete_refused_while; test_review.py).
+    assert head["instanceChargeType"] == "POSTPAID_BY_HOUR" and head["disableApiTermination"] is False
     assert head["userDataReplaceOnChange"] is True and "hpcClusterId" not in head
     assert yaml.safe_load(user_data(head_node(plan, TC_INSTANCE)))["hostname"] == "tc-large-head"
 

@@ -90,7 +90,7 @@ class ClusterComponent(pulumi.ComponentResource):
                 cluster_name=name, region=cluster.region, zone=spec.zone, vpc_id=network.vpc_id,
                 subnet_id=network.subnet_id, security_group_id=network.security_group_id,
                 image_id=image(HEAD_INSTANCE_TYPE), tags=tags, slurm=slurm, data_disk_id=storage.head_disk_id,
-                lustre_source=storage.mount_target, critical=spec.criticality == "critical"), opts=child)
+                lustre_source=storage.mount_target), opts=child)
 
         # One document per node: each names its own data disk by id (and, with Slurm, its node index).
         # Only rendering happens in apply().

@@ -61,7 +61,6 @@ class HeadArgs:
     data_disk_id: pulumi.Input[str]
     """The head node's persistent state disk (Storage.head_disk_id)."""
     lustre_source: Optional[pulumi.Input[str]] = None
-    critical: bool = False
 
 
 def secret_name(cluster_name: str) -> str:
@@ -137,7 +136,11 @@ class Head(pulumi.ComponentResource):
             system_disk_size=HEAD_SYSTEM_DISK_GB,
             instance_charge_type="POSTPAID_BY_HOUR",
             cam_role_name=head_role,
-            disable_api_termination=args.critical,
+            # Never termination-protected, even in a critical cluster: a Slurm change replaces the head node
+            # by design (its state lives on the protected CBS disk), and the provider's Delete does not lift
+            # the protection first, so a protected head node would make that `pulumi up` fail
+            # (resource_tc_instance.go v1.82.42, resourceTencentCloudInstanceDelete).
+            disable_api_termination=False,
             user_data=user_data,
             user_data_replace_on_change=True,
             tags={**tags, ROLE_TAG: HEAD_ROLE},

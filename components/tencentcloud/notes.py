@@ -48,6 +48,13 @@ def notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
                         "(the SCF API has the error FailedOperation.QcsRoleNotFound; a sub-account that deploys "
                         f"also needs cam:PassRole on the role {spec.name}-cost-controls, which the function runs as)")
     out.append("one-time account setup before the first `pulumi up`: activate " + "; ".join(services))
+    if spec.criticality == "critical":
+        out.append("criticality: critical — the on-demand GPU nodes are termination-protected, and the provider "
+                   "(v1.82.42, resourceTencentCloudInstanceDelete) terminates without lifting that: `pulumi destroy`, "
+                   "fewer nodes or a change that replaces a node fails until a `pulumi up` with criticality: standard "
+                   "has turned it off in place (`gpu-cluster review` warns of such a change)"
+                   + ("; the Slurm head node is not protected, since a Slurm change replaces it"
+                      if spec.scheduler == "slurm" else ""))
     if spec.storage.lustre is not None:
         out.append("storage.lustre: the CFS Turbo file system gets a snapshot policy; Tencent's pages disagree on "
                    "whether Turbo file systems take snapshots (CFS documentation, \"Snapshot use limits\": only the "

@@ -21,13 +21,16 @@ Entry format (engine camelCase names; nested blocks under `fields`, list element
         required: [<argument>, ...]
         at_least_one_of: [[<argument>, <argument>], ...]    # the schema's AtLeastOneOf
         arguments:
-          <argument>: {force_new: true, immutable: true, values: [...], range: [min, max],
+          <argument>: {force_new: true, force_new_if: <argument>, immutable: true, values: [...], range: [min, max],
                        pattern: "<regex the whole string value must match, as the API documents it>",
                        shrink: replace | fail, fields: {<nested argument>: {...}}, required: [<nested>, ...]}
         computed: [<attribute the provider sets itself>, ...]
+        # force_new_if: a change replaces only when that other argument is true (a CustomizeDiff ForceNewIf)
         autoname: <argument>    # the bridge fills it in when unset (below); its rules apply to that name
         delete_before_replace: "<why>"   # a create-then-delete replacement breaks it: register it with
                                          # delete_before_replace=True (the render refuses it otherwise)
+        delete_refused_while: {<argument>: "<why>"}   # the provider's Delete fails while the argument is
+                                                      # true in state: the review says so before `pulumi up`
         notes: "..."
     functions:
       <invoke token>:
@@ -74,6 +77,8 @@ class Rule:
 
     force_new: bool = False
     """A change replaces the resource."""
+    force_new_if: Optional[str] = None
+    """A change replaces the resource when this top-level argument is true (a CustomizeDiff ForceNewIf)."""
     immutable: bool = False
     """The provider refuses any change (its update fails)."""
     shrink: Optional[str] = None
@@ -101,6 +106,8 @@ class Contract:
     """The argument the bridge fills in from the logical name when it is unset."""
     delete_before_replace: Optional[str] = None
     """Why a replacement must delete the old resource before it creates the new one, if it must."""
+    delete_refused_while: Mapping[str, str] = field(default_factory=dict)
+    """Arguments that, true in the state, make the provider's Delete fail (argument → why)."""
     notes: str = ""
 
     def paths(self) -> Iterator[tuple[str, Rule]]:
@@ -130,6 +137,7 @@ def _rule(raw: Any) -> Rule:
     rng = raw.get("range")
     return Rule(
         force_new=bool(raw.get("force_new")),
+        force_new_if=raw.get("force_new_if"),
         immutable=bool(raw.get("immutable")),
         shrink=raw.get("shrink"),
         values=tuple(raw["values"]) if raw.get("values") is not None else None,
@@ -159,6 +167,7 @@ def _load(cloud: str) -> dict[str, Contract]:
                 returns=frozenset(raw.get("returns") or ()),
                 autoname=raw.get("autoname"),
                 delete_before_replace=raw.get("delete_before_replace"),
+                delete_refused_while=dict(raw.get("delete_refused_while") or {}),
                 notes=raw.get("notes") or "",
             )
     return out
