@@ -47,7 +47,11 @@ def test_vpc_subnets_nat_endpoint_and_flow_logs(sample_plan):
     assert endpoint["serviceName"] == "com.amazonaws.us-east-1.s3" and endpoint["vpcEndpointType"] == "Gateway"
     assert endpoint["routeTableIds"] == [private_rt.id]
 
-    flow = plan.one("aws:ec2/flowLog:FlowLog").inputs
+    flow_log = plan.one("aws:ec2/flowLog:FlowLog")
+    # It publishes with its role from the start: the role's policy exists before it does.
+    [policy] = [r for r in plan.of_type("aws:iam/rolePolicy:RolePolicy") if r.name.endswith("-flow-logs-policy")]
+    assert policy.urn in flow_log.dependencies
+    flow = flow_log.inputs
     assert flow["vpcId"] == plan.one(VPC).id
     assert flow["trafficType"] in ("ALL", "REJECT") and flow["logDestinationType"] == "cloud-watch-logs"
     assert flow["logDestination"] == plan.one("aws:cloudwatch/logGroup:LogGroup").outputs["arn"]

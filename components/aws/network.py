@@ -158,7 +158,7 @@ class Network(pulumi.ComponentResource):
             # Latin-1 only (CreateRole Description; the contract checks it)
             description=f"VPC flow logs of {name} to CloudWatch Logs",
             tags=tagged(args.tags, f"{name}-flow-logs-role"), opts=child)
-        aws.iam.RolePolicy(
+        policy = aws.iam.RolePolicy(
             f"{name}-flow-logs-policy", role=role.id,
             policy=policy_output([{
                 "Effect": "Allow",
@@ -170,4 +170,7 @@ class Network(pulumi.ComponentResource):
         aws.ec2.FlowLog(
             f"{name}-flow-log", vpc_id=vpc.id, traffic_type=args.flow_log_traffic,
             log_destination_type="cloud-watch-logs", log_destination=group.arn, iam_role_arn=role.arn,
-            max_aggregation_interval=600, tags=tagged(args.tags, f"{name}-flow-log"), opts=child)
+            max_aggregation_interval=600, tags=tagged(args.tags, f"{name}-flow-log"),
+            # The role's permission first: the flow log publishes with it from the moment it exists (it
+            # only names the role, so nothing else orders the two).
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[policy])))
