@@ -459,3 +459,28 @@ def test_spot_watch_sets_the_node_down_on_notice_only(node):
     r = _run(root / "spot-watch", watch, env)
     assert "scontrol update nodename=llm-node-1 state=down reason=spot-interruption: " in (st / "scontrol.log").read_text()
     assert "systemctl stop slurmd.service" in (st / "systemctl.log").read_text()  # cannot re-register
+
+
+@pytest.mark.parametrize("seeded", [True, False])
+def test_the_aws_cli_is_installed_only_once_snapd_has_seeded(tmp_path, seeded):
+    """Ubuntu 24.04 has no `aws`: the setup installs the snap, after `snap wait system seed.loaded`
+    (snapd refuses installs before it has seeded), and stops if the wait fails."""
+    from components.slurm.clouds import AWS
+    from components.slurm.shell import command
+
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    (stubs / "snap").write_text('#!/bin/bash\necho "snap $*" >> "$LOG"\n'
+                                f'[ "$1" != wait ] || exit {0 if seeded else 1}\n')
+    (stubs / "snap").chmod(0o755)
+    bash = shutil.which("bash")
+    (stubs / "bash").symlink_to(bash)  # the PATH holds no `aws`, and only what the setup may call
+    script = "set -euo pipefail\n" + "\n".join(command(c) for c in AWS.cli_setup) + "\necho done\n"
+    r = subprocess.run([bash, "-c", script], env={"PATH": str(stubs), "LOG": str(tmp_path / "log")},
+                       capture_output=True, text=True, timeout=30)
+    calls = (tmp_path / "log").read_text().splitlines()
+    if seeded:
+        assert r.returncode == 0 and r.stdout == "done\n"
+        assert calls == ["snap wait system seed.loaded", "snap install aws-cli --classic"]
+    else:
+        assert r.returncode != 0 and calls == ["snap wait system seed.loaded"]

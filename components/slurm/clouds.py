@@ -87,10 +87,14 @@ AWS = CloudOps(
                 "--unit", "Count", "--value", "$METRIC_VALUE", "--dimensions", "$METRIC_DIMENSIONS"),
     # Ubuntu 24.04 has no awscli package; where the image carries no `aws`, the AWS CLI v2 snap AWS
     # documents ("sudo snap install aws-cli --classic": AWS CLI user guide, "Installing or updating to
-    # the latest version of the AWS CLI", Snap package) — Ubuntu server images ship snapd.
+    # the latest version of the AWS CLI", Snap package) — Ubuntu server images ship snapd. snapd refuses
+    # installs until it has seeded the image's snaps ("too early for operation, device not yet seeded"),
+    # so the install waits for that first, as Canonical's own tools do (craft-providers, cloud-init's
+    # wait_for_snap_seeded: `snap wait system seed.loaded`).
     head_packages=(),
     node_packages=(),
-    cli_setup=(("bash", "-c", "command -v aws > /dev/null 2>&1 || snap install aws-cli --classic"),),
+    cli_setup=(("bash", "-c", "command -v aws > /dev/null 2>&1 || "
+                "{ snap wait system seed.loaded && snap install aws-cli --classic; }"),),
 )
 
 TENCENTCLOUD = CloudOps(
