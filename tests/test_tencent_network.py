@@ -1,6 +1,7 @@
 """Tencent network: VPC, subnet in the zone, security group, NAT egress, flow logs, shared subnet."""
 
 import ipaddress
+import re
 
 from components.tencentcloud.addressing import node_subnet, turbo_cidr
 from conftest import inputs_of
@@ -69,6 +70,27 @@ def test_vpc_flow_logs_go_to_a_cls_topic(sample_plan):
     assert log["resourceType"] == "VPC" and log["resourceId"] == plan.one(VPC).id
     assert log["storageType"] == "cls" and log["cloudLogId"] == plan.one("tencentcloud:Cls/topic:Topic").id
     assert log["trafficType"] == "ALL"
+
+
+def test_mock_ids_take_the_forms_the_provider_gives_them(sample_plan):
+    """What each Create sets as the id (v1.82.42): CLS ids are UUIDs, composite ids join their parts
+    with "#", a route entry's is "<number>.<route table id>" — a program that reads one gets that."""
+    plan = sample_plan("tencent-large")
+    uuid = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+    logset, topic = plan.one("tencentcloud:Cls/logset:Logset"), plan.one("tencentcloud:Cls/topic:Topic")
+    assert re.fullmatch(uuid, logset.id) and re.fullmatch(uuid, topic.id) and logset.id != topic.id
+    assert topic.inputs["logsetId"] == logset.id
+    assert re.fullmatch(r"fl-[0-9a-z]{8}#" + re.escape(plan.one(VPC).id), plan.one("tencentcloud:Vpc/flowLog:FlowLog").id)
+    entry = plan.one("tencentcloud:Route/tableEntry:TableEntry")
+    assert re.fullmatch(r"[0-9]+\." + re.escape(entry.inputs["routeTableId"]), entry.id)
+    joined = {"tencentcloud:Cbs/snapshotPolicyAttachment:SnapshotPolicyAttachment": ("storageId", "snapshotPolicyId"),
+              "tencentcloud:Cfs/autoSnapshotPolicyAttachment:AutoSnapshotPolicyAttachment": (
+                  "autoSnapshotPolicyId", "fileSystemIds"),
+              "tencentcloud:Ccn/attachmentV2:AttachmentV2": ("ccnId", "instanceType", "instanceRegion", "instanceId")}
+    for type_, keys in joined.items():
+        found = plan.of_type(type_)
+        assert found, type_
+        assert all(r.id == "#".join(r.inputs[k] for k in keys) for r in found), type_
 
 
 def test_existing_subnet_is_used_and_nothing_networky_is_created(render_cluster):

@@ -30,19 +30,19 @@ COMPUTED: dict[str, Computed] = {**mocks_aws.COMPUTED, **mocks_tencentcloud.COMP
 LOOKUPS: dict[str, Lookup] = {**mocks_aws.LOOKUPS, **mocks_tencentcloud.LOOKUPS}
 ID_PREFIXES: dict[str, str] = {**mocks_aws.ID_PREFIXES, **mocks_tencentcloud.ID_PREFIXES}
 NUMERIC_IDS: dict[str, int] = dict(mocks_tencentcloud.NUMERIC_IDS)
-IDS_FROM_INPUTS: dict[str, Callable[[dict], Optional[str]]] = dict(mocks_tencentcloud.IDS_FROM_INPUTS)
+IDS_FROM_INPUTS: dict[str, Callable[[dict, str], Optional[str]]] = dict(mocks_tencentcloud.IDS_FROM_INPUTS)
 
 
 def mock_id(type_: str, name: str, inputs: Optional[dict] = None) -> str:
     """A stable, realistic-looking id: what the provider builds from the inputs (IDS_FROM_INPUTS), a
     number where the cloud's ids are numbers (NUMERIC_IDS), or the type's id prefix plus a hash of the
     logical name."""
+    digest = hashlib.sha256(f"{type_}::{name}".encode()).hexdigest()
     from_inputs = IDS_FROM_INPUTS.get(type_)
-    if from_inputs is not None and (rid := from_inputs(inputs or {})):
+    if from_inputs is not None and (rid := from_inputs(inputs or {}, digest)):
         return rid
     if type_ in NUMERIC_IDS:
         return mocks_tencentcloud.digits(f"{type_}::{name}", NUMERIC_IDS[type_])
-    digest = hashlib.sha256(f"{type_}::{name}".encode()).hexdigest()
     prefix = ID_PREFIXES.get(type_)
     if prefix is None:
         return f"{name}-{digest[:8]}"

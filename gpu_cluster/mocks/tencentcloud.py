@@ -1,7 +1,8 @@
 """What Tencent Cloud computes and answers, for the offline mocks (see gpu_cluster/mocks/__init__.py).
 
 Ids follow Tencent's formats: a resource prefix and 8 lowercase alphanumerics (vpc-1a2b3c4d), a number
-(CAM), or what the provider builds from the resource's arguments (COS, SCF, CAM attachments).
+(CAM), a UUID (CLS), or what the provider builds from the resource's arguments (COS, SCF, attachments,
+flow logs, route entries).
 """
 
 from __future__ import annotations
@@ -29,17 +30,45 @@ NUMERIC_IDS: dict[str, int] = {
 }
 """Types whose ids are decimal numbers, with their number of digits."""
 
+def _joined(inputs: dict, *keys: str) -> Optional[str]:
+    """The arguments joined with "#" (tccommon.FILED_SP), or None when one is missing."""
+    values = [inputs.get(k) for k in keys]
+    return "#".join(str(v) for v in values) if all(v not in (None, "") for v in values) else None
+
+
+def _uuid(digest: str) -> str:
+    return f"{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
+
+
 # Types whose id the provider builds from the resource's own arguments (its Create's d.SetId), as
-# fn(engine inputs) → id, or None when an argument it needs is missing.
-IDS_FROM_INPUTS: dict[str, Callable[[dict], Optional[str]]] = {
+# fn(engine inputs, digest) → id (digest: a stable hex hash standing in for what the API returns), or
+# None when an argument it needs is missing. All v1.82.42; tccommon.FILED_SP is "#".
+IDS_FROM_INPUTS: dict[str, Callable[[dict, str], Optional[str]]] = {
     # d.SetId(bucket): the bucket's name with its appid (resource_tc_cos_bucket.go Create)
-    "tencentcloud:Cos/bucket:Bucket": lambda inputs: inputs.get("bucket"),
+    "tencentcloud:Cos/bucket:Bucket": lambda inputs, _: inputs.get("bucket"),
     # d.SetId("<namespace>+<name>"), namespace defaulting to "default" (resource_tc_scf_function.go)
-    "tencentcloud:Scf/function:Function": lambda inputs: (
+    "tencentcloud:Scf/function:Function": lambda inputs, _: (
         f"{inputs.get('namespace') or 'default'}+{inputs['name']}" if inputs.get("name") else None),
     # d.SetId(roleId + "#" + strconv.Itoa(policyId)) (resource_tc_cam_role_policy_attachment.go Create)
-    "tencentcloud:Cam/rolePolicyAttachment:RolePolicyAttachment": lambda inputs: (
-        f"{inputs['roleId']}#{inputs['policyId']}" if inputs.get("roleId") and inputs.get("policyId") else None),
+    "tencentcloud:Cam/rolePolicyAttachment:RolePolicyAttachment": lambda inputs, _: _joined(inputs, "roleId", "policyId"),
+    # storageId#policyId (resource_tc_cbs_snapshot_policy_attachment.go Create)
+    "tencentcloud:Cbs/snapshotPolicyAttachment:SnapshotPolicyAttachment": lambda inputs, _: _joined(
+        inputs, "storageId", "snapshotPolicyId"),
+    # autoSnapshotPolicyId#fileSystemIds (resource_tc_cfs_auto_snapshot_policy_attachment.go Create)
+    "tencentcloud:Cfs/autoSnapshotPolicyAttachment:AutoSnapshotPolicyAttachment": lambda inputs, _: _joined(
+        inputs, "autoSnapshotPolicyId", "fileSystemIds"),
+    # ccnId#instanceType#instanceRegion#instanceId (resource_tc_ccn_attachment_v2.go Create)
+    "tencentcloud:Ccn/attachmentV2:AttachmentV2": lambda inputs, _: _joined(
+        inputs, "ccnId", "instanceType", "instanceRegion", "instanceId"),
+    # flowLogId#vpcId, the flow log's id from CreateFlowLog (resource_tc_vpc_flow_log.go Create)
+    "tencentcloud:Vpc/flowLog:FlowLog": lambda inputs, digest: (
+        f"fl-{digest[:8]}#{inputs['vpcId']}" if inputs.get("vpcId") else None),
+    # "<entry id>.<route table id>", the entry id a number (resource_tc_route_table_entry.go Create)
+    "tencentcloud:Route/tableEntry:TableEntry": lambda inputs, digest: (
+        f"{int(digest[:6], 16)}.{inputs['routeTableId']}" if inputs.get("routeTableId") else None),
+    # CLS ids are UUIDs (website/docs/r/cls_logset.html.markdown, cls_topic.html.markdown: Import)
+    "tencentcloud:Cls/logset:Logset": lambda _, digest: _uuid(digest),
+    "tencentcloud:Cls/topic:Topic": lambda _, digest: _uuid(digest),
 }
 
 # Provider type token → id prefix of the resource's physical id.
@@ -51,23 +80,16 @@ ID_PREFIXES: dict[str, str] = {
     "tencentcloud:Eip/instance:Instance": "eip-",
     "tencentcloud:Nat/gateway:Gateway": "nat-",
     "tencentcloud:Route/table:Table": "rtb-",
-    "tencentcloud:Route/tableEntry:TableEntry": "rtb-",
-    "tencentcloud:Cls/logset:Logset": "logset-",
-    "tencentcloud:Cls/topic:Topic": "topic-",
-    "tencentcloud:Vpc/flowLog:FlowLog": "fl-",
     "tencentcloud:Cvm/hpcCluster:HpcCluster": "hpc-",
     "tencentcloud:Instance/instance:Instance": "ins-",
     "tencentcloud:Cbs/storage:Storage": "disk-",
     "tencentcloud:Cbs/storageAttachment:StorageAttachment": "disk-",
     "tencentcloud:Cbs/snapshotPolicy:SnapshotPolicy": "asp-",
-    "tencentcloud:Cbs/snapshotPolicyAttachment:SnapshotPolicyAttachment": "asp-",
     "tencentcloud:Ccn/instance:Instance": "ccn-",
-    "tencentcloud:Ccn/attachmentV2:AttachmentV2": "ccn-",
     "tencentcloud:Cfs/accessGroup:AccessGroup": "pgroup-",
     "tencentcloud:Cfs/accessRule:AccessRule": "rule-",
     "tencentcloud:Cfs/fileSystem:FileSystem": "cfs-",
     "tencentcloud:Cfs/autoSnapshotPolicy:AutoSnapshotPolicy": "asp-",
-    "tencentcloud:Cfs/autoSnapshotPolicyAttachment:AutoSnapshotPolicyAttachment": "asp-",
     "tencentcloud:Monitor/alarmNotice:AlarmNotice": "notice-",
     "tencentcloud:Monitor/alarmPolicy:AlarmPolicy": "policy-",
     "tencentcloud:Monitor/policyBindingObject:PolicyBindingObject": "policy-",
