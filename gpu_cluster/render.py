@@ -53,6 +53,11 @@ class Rendered:
         """The stack-export document."""
         return to_stack_export(self)
 
+    def ignore_changes(self) -> dict[str, list[str]]:
+        """URN → the properties the program registers with ignore_changes (which `pulumi up` leaves as
+        they were created). A stack export has no place for them, so the report carries them."""
+        return {r.urn: sorted(r.ignore_changes) for r in self.registrations if r.custom and r.ignore_changes}
+
 
 def _config_strings(config: Mapping[str, Any]) -> dict[str, str]:
     """Config as the engine hands it to a program: objects as JSON, scalars as strings."""

@@ -70,4 +70,5 @@ def build_report(rendered: Rendered, plan: Plan, policy_config: Optional[dict] =
         "budget": {"monthly_limit": spec.budget.monthly_limit, "currency": spec.budget.currency},
         "violations": [v.as_dict() for v in violations],
         "notes": list(cluster.notes),
+        "ignore_changes": rendered.ignore_changes(),
     }

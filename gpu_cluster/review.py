@@ -7,18 +7,21 @@ violations — both sides priced and checked by the work tree's pricer and polic
 comparison measures the change, not the tooling. Replacement, and changes the provider refuses, are
 decided from the provider contracts (gpu_cluster/contracts/); a protected stateful resource that would
 be replaced or deleted gets a loud warning, and so does a replacement or deletion the provider's Delete
-would refuse (a termination-protected Tencent instance).
+would refuse (a termination-protected Tencent instance). Properties the work tree's program registers
+with ignore_changes (its report's `ignore_changes`) are left alone, as the engine leaves them, and
+listed as kept as created.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from gpu_cluster import contracts, files, ui
 from gpu_cluster.commands.plan import JOBS_ENV
@@ -64,6 +67,8 @@ class StackReview:
     new_violations: list[dict] = field(default_factory=list)
     fixed_violations: list[dict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    kept: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
+    """Resources whose ignore_changes properties differ, which `pulumi up` leaves as created."""
 
     def count(self, action: str) -> int:
         return sum(1 for c in self.changes if c.action == action)
@@ -108,10 +113,20 @@ def _package_change(before: Resource, after: Resource) -> str:
     return f"zipFile ({'config.json ' + ', '.join(changed) if changed else 'code only'})"
 
 
-def diff_resource(before: Resource, after: Resource) -> Optional[Change]:
+def _differing(before: Resource, after: Resource) -> list[str]:
+    return sorted(k for k in set(before.inputs) | set(after.inputs) if before.inputs.get(k) != after.inputs.get(k))
+
+
+def _ignored(path: str, ignore: Sequence[str]) -> bool:
+    return any(path == i or path.startswith(i + ".") for i in ignore)
+
+
+def diff_resource(before: Resource, after: Resource, ignore: Sequence[str] = ()) -> Optional[Change]:
     """What `pulumi up` does to one resource, from its provider contract: replace it when a force-new
-    argument changes or a shrink-replaces one shrinks, fail when the provider cannot make the change."""
-    keys = sorted(k for k in set(before.inputs) | set(after.inputs) if before.inputs.get(k) != after.inputs.get(k))
+    argument changes or a shrink-replaces one shrinks, fail when the provider cannot make the change.
+    Properties the program registers with ignore_changes (`ignore`) are left as they are, as the engine
+    leaves them."""
+    keys = [k for k in _differing(before, after) if not _ignored(k, ignore)]
     if not keys:
         return None
     if after.type == TC_FUNCTION and "zipFile" in keys:
@@ -119,6 +134,8 @@ def diff_resource(before: Resource, after: Resource) -> Optional[Change]:
     c = contracts.contract(after.type)
     forced, blocked = [], []
     for path in contracts.changed_paths(before.inputs, after.inputs):
+        if _ignored(path, ignore):
+            continue
         rule = _governing(c, path)
         old, new = _value_at(before.inputs, path), _value_at(after.inputs, path)
         shrinks = rule is not None and rule.shrink and (number(new) or 0) < (number(old) or 0)
@@ -151,14 +168,18 @@ def _refusal(before: Resource) -> str:
     return ""
 
 
-def diff_plans(base: Optional[Plan], head: Optional[Plan]) -> list[Change]:
+def diff_plans(base: Optional[Plan], head: Optional[Plan],
+               ignore_changes: Optional[Mapping[str, Sequence[str]]] = None) -> list[Change]:
+    """Every resource's change from BASE to HEAD; `ignore_changes` is the head program's (URN →
+    properties, the report's `ignore_changes`)."""
     before, after = _managed(base), _managed(head)
+    ignore_changes = ignore_changes or {}
     changes: list[Change] = []
     for urn, r in after.items():
         if urn not in before:
             changes.append(Change("add", urn, r.type))
         else:
-            change = diff_resource(before[urn], r)
+            change = diff_resource(before[urn], r, ignore_changes.get(urn, ()))
             if change and change.action == "replace":
                 change = replace(change, refused=_refusal(before[urn]))
             if change:
@@ -187,11 +208,28 @@ def _keep_packages(tree: Path, plans: Any) -> None:
                 shutil.copyfile(tree / rel, ROOT / rel)
 
 
-def review_stack(stack: str, base: Optional[Plan], head: Optional[Plan]) -> StackReview:
+def kept_as_created(base: Optional[Plan], head: Optional[Plan],
+                    ignore_changes: Mapping[str, Sequence[str]]) -> list[tuple[str, tuple[str, ...]]]:
+    """(name, properties) of the resources whose ignored properties differ: `pulumi up` keeps what they
+    were created with, and only a new or replaced resource gets the new values."""
+    before, after = _managed(base), _managed(head)
+    out = []
+    for urn, r in after.items():
+        if urn in before and ignore_changes.get(urn):
+            keys = tuple(k for k in _differing(before[urn], r) if _ignored(k, ignore_changes[urn]))
+            if keys:
+                out.append((r.name, keys))
+    return out
+
+
+def review_stack(stack: str, base: Optional[Plan], head: Optional[Plan],
+                 ignore_changes: Optional[Mapping[str, Sequence[str]]] = None) -> StackReview:
     """Compare two plans of one stack with the work tree's pricer and policy pack."""
     from gpu_cluster.policyrun import run_policies
 
-    review = StackReview(stack=stack, base=base, head=head, changes=diff_plans(base, head))
+    ignore_changes = ignore_changes or {}
+    review = StackReview(stack=stack, base=base, head=head, changes=diff_plans(base, head, ignore_changes),
+                         kept=kept_as_created(base, head, ignore_changes))
     review.cost_before = price_plan(base) if base else None
     review.cost_after = price_plan(head) if head else None
     before = {_violation_key(v.as_dict()): v.as_dict() for v in (run_policies(base) if base else [])}
@@ -270,10 +308,14 @@ def render_markdown(reviews: list[StackReview], base_ref: str) -> str:
                    f"{r.count('delete')} | {_cost_line(r)} | {len(r.new_violations)} | {len(r.fixed_violations)} |")
     for r in reviews:
         controls = _controls_lines(r)
-        if not (r.changes or r.new_violations or r.fixed_violations or r.notes or controls):
+        if not (r.changes or r.new_violations or r.fixed_violations or r.notes or controls or r.kept):
             continue
         out += ["", f"### {r.stack}", ""]
         out += [f"- note: {n}".replace("\n", "\n  ") for n in r.notes]
+        if r.kept:
+            out.append("- kept as created (the program ignores changes to these, so `pulumi up` leaves them; "
+                       "only new or replaced resources get the new values): "
+                       + ", ".join(f"`{name}` ({', '.join(keys)})" for name, keys in r.kept))
         out.append(f"- monthly cost: {_cost_line(r)}")
         out += controls
         if r.changes:
@@ -321,6 +363,8 @@ class Side:
     plans: dict[str, Plan] = field(default_factory=dict)
     failures: dict[str, str] = field(default_factory=dict)
     note: str = ""
+    ignore_changes: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    """Per stack, the report's `ignore_changes` (absent in reports of older revisions)."""
 
 
 def _start_side(tree: Path, stacks: list[str], out: Path) -> tuple[Optional[subprocess.Popen], list[Path], str]:
@@ -374,6 +418,9 @@ def _finish_side(proc: Optional[subprocess.Popen], files: list[Path], out: Path,
                 side.plans[s] = Plan.load(path)
             except PlanFormatError as e:
                 side.failures[s] = str(e)
+        report = out / f"{s}.report.json"
+        if s in side.plans and report.is_file():
+            side.ignore_changes[s] = json.loads(report.read_text(encoding="utf-8")).get("ignore_changes") or {}
     return side
 
 
@@ -420,7 +467,7 @@ def review_command(base: str, out: Path, only: Sequence[str] = ()) -> int:
     reviews = []
     failed = []
     for s in stacks:
-        review = review_stack(s, base_side.plans.get(s), head_side.plans.get(s))
+        review = review_stack(s, base_side.plans.get(s), head_side.plans.get(s), head_side.ignore_changes.get(s))
         for label, side, ref in (("base", base_side, base), ("head", head_side, "the work tree")):
             if s in side.failures:
                 review.notes.append(f"{label}: stack {s} does not render at {ref}: {side.failures[s]}")

@@ -65,6 +65,11 @@ def test_plan_file_has_every_resource_field(tmp_path, capsys):
     assert {"stack", "cloud", "tier", "nodes", "gpus", "resources", "monthly_cost", "violations"} <= set(report)
     assert (report["stack"], report["cloud"], report["tier"], report["nodes"], report["gpus"]) == (
         "aws-entry", "aws", "entry", 1, 1)
+    # What the program registers with ignore_changes, which a stack export cannot hold: the node keeps
+    # the launch template version it was created with (components/aws/compute.py).
+    [node] = [r["urn"] for r in doc["deployment"]["resources"] if r["urn"].endswith("::ml-entry-compute-node-0")]
+    assert report["ignore_changes"][node] == ["launchTemplate"]
+    assert set(report["ignore_changes"]) <= {r["urn"] for r in doc["deployment"]["resources"]}
     assert "aws-entry" in result.stdout and "g4dn.xlarge" in result.stdout
     # One stack planned: every resource is listed, by component, protected ones marked.
     managed = [r for r in doc["deployment"]["resources"][1:] if r["custom"] and not r["type"].startswith("pulumi:")]

@@ -185,10 +185,18 @@ def test_a_slurm_change_replaces_the_tencent_head_node_and_nothing_refuses_it(sl
     from conftest import rendered, slurm_stack_with
 
     base = slurm_plan("tencent-large")
-    head = Plan.from_doc(rendered(slurm_stack_with("tencent-large", {"nodes": 3})).plan())
-    [replaced] = [c for c in diff_plans(base, head)
+    program = rendered(slurm_stack_with("tencent-large", {"nodes": 3}))
+    head, ignored = Plan.from_doc(program.plan()), program.ignore_changes()
+    [replaced] = [c for c in diff_plans(base, head, ignored)
                   if c.action == "replace" and c.type == "tencentcloud:Instance/instance:Instance"]
     assert replaced.name == "tc-large-head" and replaced.why.startswith("userData: ")
     assert replaced.refused == ""
-    # The nodes' user data is not replace-on-change: their new slurm.conf never replaces a GPU node.
-    assert {c.action for c in diff_plans(base, head) if c.name in ("tc-large-node-0", "tc-large-node-1")} == {"change"}
+    # The nodes' user data differs too, but the program ignores it after creation (ignore_changes): the
+    # engine leaves the running nodes alone, and the review says so instead of listing a change.
+    old_nodes = ("tc-large-node-0", "tc-large-node-1")
+    assert {c.name for c in diff_plans(base, head)} >= set(old_nodes), "without ignore_changes they differ"
+    review = review_stack("tencent-large", base, head, ignored)
+    assert not [c for c in review.changes if c.name in old_nodes]
+    assert review.kept == [(n, ("userData",)) for n in old_nodes]
+    assert "kept as created" in render_markdown([review], "main") and "`tc-large-node-0` (userData)" in \
+        render_markdown([review], "main")
