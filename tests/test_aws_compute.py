@@ -74,6 +74,9 @@ def test_imdsv2_encrypted_root_and_nodes_in_zone(sample_plan):
         assert "associatePublicIpAddress" not in node.inputs and "subnetId" not in node.inputs
         assert node.inputs["disableApiTermination"] is True  # critical
         assert "instanceMarketOptions" not in node.inputs  # on_demand
+        # RunInstances takes Monitoring from the instance, never from the template (buildInstanceOpts):
+        # the template may not promise a monitoring the nodes do not get.
+        assert (template.get("monitoring") or {}).get("enabled", False) == node.inputs.get("monitoring", False)
     # Everything with a zone is in the cluster's zone.
     zones = {r.props["availabilityZone"] for r in plan.custom() if r.props.get("availabilityZone")}
     assert zones == {"us-east-1a"}

@@ -2,7 +2,10 @@
 
 import ipaddress
 
+import pytest
+
 from components.aws.network import subnet_cidrs
+from gpu_cluster.stackfile import SAMPLE_STACKS
 
 VPC = "aws:ec2/vpc:Vpc"
 SUBNET = "aws:ec2/subnet:Subnet"
@@ -93,3 +96,30 @@ def test_existing_subnet_creates_no_vpc_and_places_nodes_there(render_cluster):
     # The security group is still made, in the subnet's VPC.
     assert _node_sg(plan).inputs["vpcId"].startswith("vpc-")
     assert plan.stack.outputs["subnet_id"] == "subnet-0123456789abcdef0"
+
+
+AWS_STACKS = [s for s in SAMPLE_STACKS if s.startswith("aws-")]
+
+
+@pytest.mark.parametrize("stack", AWS_STACKS)
+def test_every_node_boots_after_its_routes_out_and_its_rules(sample_plan, stack):
+    """The first boot installs packages and the CloudWatch agent, and cloud-init does not retry: no
+    instance may start before the NAT route, the S3 endpoint and the group's rules exist (until the
+    private table's association does, the subnet uses the VPC's main table: local route only)."""
+    plan = sample_plan(stack)
+    ready = {r.urn for r in plan.custom() if r.name.endswith(
+        ("-network-private-rta", "-network-public-rta", "-network-s3", "-network-nodes-in-self",
+         "-network-nodes-out-self", "-network-nodes-out-any"))}
+    assert len(ready) == 6
+    instances = plan.of_type("aws:ec2/instance:Instance")
+    assert instances
+    for instance in instances:
+        assert ready <= set(instance.dependencies), instance.name
+
+
+def test_in_a_shared_subnet_the_nodes_wait_for_the_rules_only(render_cluster):
+    plan = render_cluster("aws-large", {"network": {"existing_subnet_id": "subnet-0123456789abcdef0"}})
+    rules = {r.urn for r in plan.custom() if "-network-nodes-" in r.name and r.type in (INGRESS, EGRESS)}
+    assert len(rules) == 3
+    for instance in plan.of_type("aws:ec2/instance:Instance"):
+        assert rules <= set(instance.dependencies), instance.name

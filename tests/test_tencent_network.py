@@ -3,8 +3,11 @@
 import ipaddress
 import re
 
+import pytest
+
 from components.tencentcloud.addressing import node_subnet, turbo_cidr
 from conftest import inputs_of
+from gpu_cluster.stackfile import SAMPLE_STACKS
 
 VPC = "tencentcloud:Vpc/instance:Instance"
 SUBNET = "tencentcloud:Subnet/instance:Instance"
@@ -120,3 +123,23 @@ def test_node_subnet_is_the_first_half_and_turbo_range_never_overlaps_the_vpc():
         turbo = turbo_cidr(vpc)
         assert not turbo.overlaps(vpc) and turbo.is_private and turbo.prefixlen == 24, cidr
     assert str(turbo_cidr(ipaddress.ip_network("10.50.0.0/16"))) == "10.51.0.0/24"
+
+
+@pytest.mark.parametrize("stack", [s for s in SAMPLE_STACKS if s.startswith("tencent-")])
+def test_every_node_boots_after_its_route_out_and_its_rules(sample_plan, stack):
+    """The first boot downloads the driver installer and the Turbo client: no instance may start before
+    the NAT route entry and the security group's rules exist (a group without rules lets nothing out)."""
+    plan = sample_plan(stack)
+    ready = {plan.one("tencentcloud:Route/tableEntry:TableEntry").urn,
+             plan.one("tencentcloud:Security/groupRuleSet:GroupRuleSet").urn}
+    instances = plan.of_type("tencentcloud:Instance/instance:Instance")
+    assert instances
+    for instance in instances:
+        assert ready <= set(instance.dependencies), instance.name
+
+
+def test_the_tencent_head_node_waits_for_the_network_too(slurm_plan):
+    plan = slurm_plan("tencent-large")
+    [head] = [r for r in plan.of_type("tencentcloud:Instance/instance:Instance") if r.name == "tc-large-head"]
+    assert plan.one("tencentcloud:Route/tableEntry:TableEntry").urn in head.dependencies
+    assert plan.one("tencentcloud:Security/groupRuleSet:GroupRuleSet").urn in head.dependencies

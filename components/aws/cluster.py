@@ -73,7 +73,8 @@ class ClusterComponent(pulumi.ComponentResource):
                 cluster_name=name, zone=spec.zone, subnet_id=network.subnet_id,
                 security_group_id=network.security_group_id, partition=partition, tags=tags, slurm=slurm_input,
                 data_volume_id=storage.head_volume_id, termination_protection=spec.criticality == "critical",
-                lustre_dns_name=storage.fsx_dns_name, lustre_mount_name=storage.fsx_mount_name), child)
+                lustre_dns_name=storage.fsx_dns_name, lustre_mount_name=storage.fsx_mount_name,
+                after=network.ready), child)
 
         compute = Compute(f"{name}-compute", ComputeArgs(
             cluster_name=name, shape=cluster.shape, nodes=spec.nodes, tier=spec.tier, zone=spec.zone,
@@ -84,7 +85,8 @@ class ClusterComponent(pulumi.ComponentResource):
             bucket_arn=storage.bucket_arn, lustre_dns_name=storage.fsx_dns_name,
             lustre_mount_name=storage.fsx_mount_name, data_volume_ids=storage.data_volume_ids,
             data_disk_gb=spec.storage.data_disk_gb, capacity=spec.capacity, slurm=slurm_input,
-            munge_secret_arn=head.secret_arn if head else None, after=[head.instance] if head else ()), child)
+            munge_secret_arn=head.secret_arn if head else None,
+            after=[*network.ready, *([head.instance] if head else [])]), child)
 
         controls = spec.schedule is not None or spec.idle_stop is not None or spec.budget.stop_at_pct is not None
         Monitoring(f"{name}-monitoring", MonitoringArgs(

@@ -154,7 +154,8 @@ class ComputeArgs:
     munge_secret_arn: Optional[pulumi.Input[str]] = None
     """The munge-key secret the nodes may read (components/aws/head.py); None: no scheduler."""
     after: Sequence[pulumi.Resource] = ()
-    """Created before the nodes (the head node: its fixed address must be taken first)."""
+    """Created before the nodes: the network's routes and rules (Network.ready) and the head node (its
+    fixed address must be taken first)."""
 
 
 class Compute(pulumi.ComponentResource):
@@ -227,7 +228,10 @@ class Compute(pulumi.ComponentResource):
             ],
             placement=aws.ec2.LaunchTemplatePlacementArgs(availability_zone=args.zone,
                                                            group_name=self.placement_group),
-            monitoring=aws.ec2.LaunchTemplateMonitoringArgs(enabled=True),
+            # No `monitoring` here: the provider sends RunInstances Monitoring.Enabled from the instance's
+            # own `monitoring` every time (terraform-provider-aws ec2_instance.go buildInstanceOpts), which
+            # overrides the template's. Basic 5-minute EC2 metrics serve: the alarms watch the status checks
+            # (1-minute at no charge) and the CloudWatch agent's GPU metrics (components/aws/monitoring.py).
             user_data=self._user_data(name, args, cloudwatch_parameter),
             tag_specifications=[
                 aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type=kind, tags=tagged(args.tags, f"{name}-node"))

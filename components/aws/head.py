@@ -19,7 +19,7 @@ instance that runs slurmctld (components/slurm, head_boot_config).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Sequence
 
 import pulumi
 import pulumi_aws as aws
@@ -68,6 +68,8 @@ class HeadArgs:
     termination_protection: bool = False
     lustre_dns_name: Optional[pulumi.Input[str]] = None
     lustre_mount_name: Optional[pulumi.Input[str]] = None
+    after: Sequence[pulumi.Resource] = ()
+    """What must exist before the head node boots (the network's routes and rules, Network.ready)."""
 
 
 def secret_name(cluster_name: str) -> str:
@@ -128,7 +130,8 @@ class Head(pulumi.ComponentResource):
             # The fixed address is free only once the old head node is gone; a newer Ubuntu image alone
             # never replaces it (the parameter moves with every Canonical release): roll it on purpose
             # with `pulumi up --replace <urn>`.
-            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True, ignore_changes=["ami"]))
+            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True, ignore_changes=["ami"],
+                                        depends_on=list(args.after)))
         aws.ec2.VolumeAttachment(
             f"{name}-data-attachment", instance_id=instance.id, volume_id=args.data_volume_id,
             device_name=DATA_DEVICE, stop_instance_before_detaching=True, opts=child)

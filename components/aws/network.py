@@ -55,6 +55,10 @@ class Network(pulumi.ComponentResource):
     security_group_id: pulumi.Output[str]
     shared: bool
     """True when the subnet was given (`existing_subnet_id`) rather than created here."""
+    ready: list[pulumi.Resource]
+    """What a node's first boot needs of the network before it starts: the node group's rules, and
+    (in a network made here) the routes out through the NAT gateway and to S3. Instances name none
+    of these, so nothing else orders them, and cloud-init does not retry a failed package install."""
 
     def __init__(self, name: str, args: NetworkArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("gpu-cluster:aws:Network", name, None, opts)
@@ -66,8 +70,9 @@ class Network(pulumi.ComponentResource):
             self.vpc_id = subnet.vpc_id
             self.subnet_id = pulumi.Output.from_input(args.existing_subnet_id)
             self.subnet_cidr = subnet.cidr_block
+            self.ready = []
         else:
-            self.vpc_id, self.subnet_id = self._vpc(name, args, child)
+            self.vpc_id, self.subnet_id, self.ready = self._vpc(name, args, child)
             self.subnet_cidr = pulumi.Output.from_input(str(subnet_cidrs(args.cidr)[0]))
 
         sg_name = f"{name}-nodes"
@@ -82,18 +87,18 @@ class Network(pulumi.ComponentResource):
         # EFA needs every protocol in and out between members of one security group, referenced by
         # the group itself (not by CIDR): EFA traffic is OS-bypass and only matches group references
         # (EC2 user guide, "Get started with EFA", step 1: the group allows all traffic to and from itself). That is the only wide rule.
-        aws.vpc.SecurityGroupIngressRule(
+        self.ready.append(aws.vpc.SecurityGroupIngressRule(
             f"{name}-nodes-in-self", security_group_id=sg.id, referenced_security_group_id=sg.id,
             ip_protocol="-1", description="all traffic from the group itself (EFA, NCCL)",
-            tags=tagged(args.tags, f"{name}-nodes-in-self"), opts=child)
-        aws.vpc.SecurityGroupEgressRule(
+            tags=tagged(args.tags, f"{name}-nodes-in-self"), opts=child))
+        self.ready.append(aws.vpc.SecurityGroupEgressRule(
             f"{name}-nodes-out-self", security_group_id=sg.id, referenced_security_group_id=sg.id,
             ip_protocol="-1", description="all traffic to the group itself (EFA, NCCL)",
-            tags=tagged(args.tags, f"{name}-nodes-out-self"), opts=child)
-        aws.vpc.SecurityGroupEgressRule(
+            tags=tagged(args.tags, f"{name}-nodes-out-self"), opts=child))
+        self.ready.append(aws.vpc.SecurityGroupEgressRule(
             f"{name}-nodes-out-any", security_group_id=sg.id, cidr_ipv4="0.0.0.0/0",
             ip_protocol="-1", description="egress through the NAT gateway and the S3 endpoint",
-            tags=tagged(args.tags, f"{name}-nodes-out-any"), opts=child)
+            tags=tagged(args.tags, f"{name}-nodes-out-any"), opts=child))
         for i, cidr in enumerate(args.ssh_cidrs):
             rule = f"{name}-nodes-ssh-{i}"
             aws.vpc.SecurityGroupIngressRule(
@@ -108,8 +113,9 @@ class Network(pulumi.ComponentResource):
             "security_group_id": self.security_group_id,
         })
 
-    def _vpc(self, name: str, args: NetworkArgs,
-             child: pulumi.ResourceOptions) -> tuple[pulumi.Output[str], pulumi.Output[str]]:
+    def _vpc(self, name: str, args: NetworkArgs, child: pulumi.ResourceOptions
+             ) -> tuple[pulumi.Output[str], pulumi.Output[str], list[pulumi.Resource]]:
+        """The VPC, its node subnet, and the routes a node's first boot needs (Network.ready)."""
         node_cidr, public_cidr = subnet_cidrs(args.cidr)
         vpc = aws.ec2.Vpc(
             f"{name}-vpc", cidr_block=str(args.cidr), enable_dns_support=True, enable_dns_hostnames=True,
@@ -133,20 +139,25 @@ class Network(pulumi.ComponentResource):
             f"{name}-public-rt", vpc_id=vpc.id,
             routes=[aws.ec2.RouteTableRouteArgs(cidr_block="0.0.0.0/0", gateway_id=igw.id)],
             tags=tagged(args.tags, f"{name}-public-rt"), opts=child)
-        aws.ec2.RouteTableAssociation(f"{name}-public-rta", subnet_id=public.id, route_table_id=public_rt.id, opts=child)
+        public_rta = aws.ec2.RouteTableAssociation(f"{name}-public-rta", subnet_id=public.id,
+                                                   route_table_id=public_rt.id, opts=child)
         private_rt = aws.ec2.RouteTable(
             f"{name}-private-rt", vpc_id=vpc.id,
             routes=[aws.ec2.RouteTableRouteArgs(cidr_block="0.0.0.0/0", nat_gateway_id=nat.id)],
             tags=tagged(args.tags, f"{name}-private-rt"), opts=child)
-        aws.ec2.RouteTableAssociation(f"{name}-private-rta", subnet_id=nodes.id, route_table_id=private_rt.id, opts=child)
+        private_rta = aws.ec2.RouteTableAssociation(f"{name}-private-rta", subnet_id=nodes.id,
+                                                    route_table_id=private_rt.id, opts=child)
         # Checkpoints and datasets go to S3 through the gateway endpoint: no NAT data-processing charge.
-        aws.ec2.VpcEndpoint(
+        s3 = aws.ec2.VpcEndpoint(
             f"{name}-s3", vpc_id=vpc.id, service_name=f"com.amazonaws.{args.region}.s3",
             vpc_endpoint_type="Gateway", route_table_ids=[private_rt.id],
             tags=tagged(args.tags, f"{name}-s3"), opts=child)
 
         self._flow_logs(name, args, vpc, child)
-        return vpc.id, nodes.id
+        # The private table routes through the NAT gateway (created once it is available) and the public
+        # one takes the gateway to the internet; until its association exists, the node subnet uses the
+        # VPC's main table, which has only the local route.
+        return vpc.id, nodes.id, [public_rta, private_rta, s3]
 
     def _flow_logs(self, name: str, args: NetworkArgs, vpc: aws.ec2.Vpc, child: pulumi.ResourceOptions) -> None:
         """VPC flow logs to CloudWatch Logs (CKV2_AWS_11, FSBP EC2.6)."""

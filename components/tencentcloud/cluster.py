@@ -90,7 +90,7 @@ class ClusterComponent(pulumi.ComponentResource):
                 cluster_name=name, region=cluster.region, zone=spec.zone, vpc_id=network.vpc_id,
                 subnet_id=network.subnet_id, security_group_id=network.security_group_id,
                 image_id=image(HEAD_INSTANCE_TYPE), tags=tags, slurm=slurm, data_disk_id=storage.head_disk_id,
-                lustre_source=storage.mount_target), opts=child)
+                lustre_source=storage.mount_target, after=network.ready), opts=child)
 
         # One document per node: each names its own data disk by id (and, with Slurm, its node index).
         # Only rendering happens in apply().
@@ -115,7 +115,8 @@ class ClusterComponent(pulumi.ComponentResource):
             critical=spec.criticality == "critical", spot_max_price=spot_max_price(shape.price_hourly),
             scratch_disk_gb=SCRATCH_DISK_GB if spec.storage.scratch == "disk" else 0,
             data_disk_ids=storage.data_disk_ids, capacity=spec.capacity,
-            cam_role_name=head.node_role_name if head else None, after=[head.instance] if head else ()),
+            cam_role_name=head.node_role_name if head else None,
+            after=[*network.ready, *([head.instance] if head else [])]),
             opts=child)
 
         Backup(f"{name}-backup", BackupArgs(

@@ -100,7 +100,8 @@ class ComputeArgs:
     cam_role_name: Optional[pulumi.Input[str]] = None
     """The nodes' instance role (scheduler slurm: read the munge key, publish the health metric); None: none."""
     after: Sequence[pulumi.Resource] = ()
-    """Created before the nodes (the Slurm head node: its fixed address must be taken first)."""
+    """Created before the nodes: the network's route and rules (Network.ready) and the Slurm head node
+    (its fixed address must be taken first)."""
 
 
 RENEW_FLAGS = {True: "NOTIFY_AND_AUTO_RENEW", False: "NOTIFY_AND_MANUAL_RENEW"}

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Sequence
 
 import pulumi
 import tencentcloud_iac_pulumi as tencentcloud
@@ -61,6 +61,8 @@ class HeadArgs:
     data_disk_id: pulumi.Input[str]
     """The head node's persistent state disk (Storage.head_disk_id)."""
     lustre_source: Optional[pulumi.Input[str]] = None
+    after: Sequence[pulumi.Resource] = ()
+    """What must exist before the head node boots (the network's route and rules, Network.ready)."""
 
 
 def secret_name(cluster_name: str) -> str:
@@ -147,7 +149,8 @@ class Head(pulumi.ComponentResource):
             # A newer public image would reinstall the head node in place (resource_tc_instance.go Update:
             # image_id → ResetInstance): it keeps its image until it is replaced. The fixed address is free
             # only once the old head node is gone.
-            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True, ignore_changes=["imageId"]))
+            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True, ignore_changes=["imageId"],
+                                        depends_on=list(args.after)))
         tencentcloud.cbs.StorageAttachment(f"{prefix}-head-data-attach", storage_id=args.data_disk_id,
                                            instance_id=instance.id, opts=child)
         self.instance = instance

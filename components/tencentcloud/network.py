@@ -64,6 +64,10 @@ class Network(pulumi.ComponentResource):
     security_group_id: pulumi.Output[str]
     shared_subnet: bool
     """True when the cluster runs in a subnet it did not create (existing_subnet_id)."""
+    ready: list[pulumi.Resource]
+    """What a node's first boot needs of the network before it starts: the security group's rules and
+    (in a network made here) the route out through the NAT gateway. Instances name neither, so nothing
+    else orders them, and the first boot downloads the driver and clients."""
 
     def __init__(self, name: str, args: NetworkArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("gpu-cluster:tencentcloud:Network", name, None, opts)
@@ -79,6 +83,7 @@ class Network(pulumi.ComponentResource):
             self.subnet_id = pulumi.Output.from_input(args.existing_subnet_id)
             self.subnet_cidr = subnet.cidr_block
             flow_log_target = ("SUBNET", self.subnet_id)
+            self.ready = []
         else:
             vpc = tencentcloud.vpc.Instance(f"{prefix}-vpc", name=prefix, cidr_block=str(args.cidr),
                                             tags=tags, opts=child)
@@ -95,10 +100,11 @@ class Network(pulumi.ComponentResource):
                                            opts=child)
             routes = tencentcloud.route.Table(f"{prefix}-routes", name=prefix, vpc_id=vpc.id, tags=tags,
                                               opts=child)
-            tencentcloud.route.TableEntry(f"{prefix}-egress", route_table_id=routes.id,
-                                          destination_cidr_block="0.0.0.0/0", next_type="NAT",
-                                          next_hub=nat.id, description="internet egress via NAT",
-                                          opts=child)
+            egress = tencentcloud.route.TableEntry(f"{prefix}-egress", route_table_id=routes.id,
+                                                   destination_cidr_block="0.0.0.0/0", next_type="NAT",
+                                                   next_hub=nat.id, description="internet egress via NAT",
+                                                   opts=child)
+            self.ready = [egress]
             subnet_cidr = node_subnet(args.cidr)
             subnet = tencentcloud.subnet.Instance(f"{prefix}-subnet", name=prefix, vpc_id=vpc.id,
                                                   availability_zone=args.zone, cidr_block=str(subnet_cidr),
@@ -118,11 +124,11 @@ class Network(pulumi.ComponentResource):
                               "cidr_block": str(args.lustre_cidr), "description": "CFS Turbo (LNet)"})
         ingresses += [{"action": "ACCEPT", "protocol": "TCP", "port": "22", "cidr_block": str(c),
                        "description": "SSH from ssh_cidrs"} for c in args.ssh_cidrs]
-        tencentcloud.security.GroupRuleSet(
+        self.ready.append(tencentcloud.security.GroupRuleSet(
             f"{prefix}-sg-rules", security_group_id=group.id, ingresses=ingresses,
             egresses=[{"action": "ACCEPT", "protocol": "ALL", "port": "all", "cidr_block": "0.0.0.0/0",
                        "description": "egress (through NAT)"}],
-            opts=child)
+            opts=child))
         self.security_group_id = group.id
 
         # VPC flow logs into a CLS topic (CKV_TC_14). HCC RDMA traffic bypasses the VPC and is not logged.
