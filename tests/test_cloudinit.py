@@ -108,6 +108,47 @@ def test_tencent_nodes_name_their_own_data_disk_and_install_turbo_and_the_driver
     assert "/usr/local/sbin/gpu-cluster-fabric-manager" not in [f["path"] for f in no_nvswitch["write_files"]]
 
 
+@pytest.mark.parametrize("driver, package", [("535.161.07", "nvidia-fabric-manager-535.161.07-1"),
+                                             ("580.65.06", "nvidia-fabricmanager-580.65.06-1")])
+def test_fabric_manager_comes_from_the_drivers_module_stream(tmp_path, driver, package):
+    """On TencentOS (dnf) the pinned Fabric Manager build is visible only once its nvidia-driver stream is
+    enabled (modular filtering): the script enables the driver's branch, then installs that exact build."""
+    import shutil
+    import subprocess
+
+    bin_dir, log = tmp_path / "bin", tmp_path / "calls"
+    bin_dir.mkdir()
+    stubs = {
+        "nvidia-smi": f'echo {driver}',
+        # No unit before the install; `enable --now` afterwards succeeds.
+        "systemctl": 'echo "systemctl $*" >> "$LOG"; [ "$1" != cat ]',
+        "dnf": 'echo "dnf $*" >> "$LOG"; [ "$*" != "$DNF_FAILS" ]',
+    }
+    for name, body in stubs.items():
+        (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    for tool in ("bash", "head", "cat"):
+        (bin_dir / tool).symlink_to(shutil.which(tool))
+    script = tmp_path / "fm"
+    script.write_text(tencent_boot._FABRIC_MANAGER_SH)
+
+    def run(dnf_fails: str = ""):
+        log.write_text("")
+        r = subprocess.run([str(bin_dir / "bash"), str(script)], capture_output=True, text=True, timeout=30,
+                           env={"PATH": str(bin_dir), "LOG": str(log), "DNF_FAILS": dnf_fails})
+        return r, [c for c in log.read_text().splitlines() if c.startswith("dnf")]
+
+    r, calls = run()
+    branch = driver.split(".")[0]
+    assert r.returncode == 0, r.stderr
+    assert calls[1:] == [f"dnf module enable -y nvidia-driver:{branch}-dkms", f"dnf install -y {package}"]
+    assert "systemctl enable --now nvidia-fabricmanager.service" in log.read_text()
+    # A stream NVIDIA does not publish stops the step, with its name, before any install.
+    r, calls = run(f"module enable -y nvidia-driver:{branch}-dkms")
+    assert r.returncode == 1 and f"nvidia-driver:{branch}-dkms" in r.stderr
+    assert not [c for c in calls if " install " in c]
+
+
 def test_launch_template_user_data_is_that_document(sample_plan):
     plan = sample_plan("aws-large")
     template = plan.one("aws:ec2/launchTemplate:LaunchTemplate").inputs

@@ -58,8 +58,18 @@ driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -n 1
 # older systemd, such as TencentOS 3.1's 239).
 if ! systemctl cat nvidia-fabricmanager.service > /dev/null 2>&1; then
   if command -v dnf > /dev/null; then
+    branch=${driver%%.*}
     dnf config-manager --add-repo https://developer.download.nvidia.com/compute/cuda/repos/rhel8/x86_64/cuda-rhel8.repo
-    dnf install -y "nvidia-fabric-manager-$driver-1" || fail "no nvidia-fabric-manager $driver in NVIDIA's repository"
+    # NVIDIA's RHEL 8 repository ships Fabric Manager in the nvidia-driver module streams, and dnf hides
+    # the builds of a stream that is not enabled (modular filtering): enable the driver's branch first,
+    # as NVIDIA's own driver container does (NVIDIA/gpu-driver-container rhel8/install.sh,
+    # extra_pkgs_install). Enabling installs nothing, and the package requires no driver package
+    # (NVIDIA/yum-packaging-fabric-manager fabricmanager.spec), so the installed driver stays. From
+    # branch 580 the package is called nvidia-fabricmanager.
+    dnf module enable -y "nvidia-driver:$branch-dkms" || fail "NVIDIA's repository has no nvidia-driver:$branch-dkms stream"
+    package=nvidia-fabric-manager
+    if [ "$branch" -ge 580 ]; then package=nvidia-fabricmanager; fi
+    dnf install -y "$package-$driver-1" || fail "no $package $driver in NVIDIA's repository"
   else
     apt-get update -q
     DEBIAN_FRONTEND=noninteractive apt-get install -y "nvidia-fabricmanager-${driver%%.*}=$driver-*" \
