@@ -215,3 +215,18 @@ def test_descriptions_the_api_refuses_fail_the_render_and_the_samples_keep_to_th
                         if r.type == type_ and "description" in r.inputs]
         assert descriptions and not [d for d in descriptions
                                      if contracts.check_resource(type_, "r", {**inputs, "description": d})]
+
+
+@pytest.mark.parametrize("stack", SAMPLE_STACKS)
+def test_a_disk_attachment_is_released_before_its_replacement_takes_the_disk(stack):
+    """Both providers attach a replaced node's disk to the new node without detaching it from the old one
+    (their contracts' delete_before_replace): every attachment is registered to go first, head nodes too."""
+    from conftest import slurm_rendered
+
+    attachments = ("aws:ec2/volumeAttachment:VolumeAttachment", "tencentcloud:Cbs/storageAttachment:StorageAttachment")
+    regs = [r for r in slurm_rendered(stack).registrations if r.type in attachments]
+    assert regs, stack
+    assert [r.name for r in regs if not r.delete_before_replace] == []
+    for type_ in {r.type for r in regs}:
+        [problem] = contracts.check_resource(type_, "a", regs[0].inputs, delete_before_replace=False)
+        assert "register it with delete_before_replace=True" in problem

@@ -261,7 +261,9 @@ class Compute(pulumi.ComponentResource):
             if i < len(args.data_volume_ids):
                 aws.ec2.VolumeAttachment(
                     f"{name}-data-{i}-attachment", instance_id=node.id, volume_id=args.data_volume_ids[i],
-                    device_name=DATA_DEVICE, stop_instance_before_detaching=True, opts=child)
+                    device_name=DATA_DEVICE, stop_instance_before_detaching=True,
+                    # Detached from a replaced node before it is attached to the new one (the contract).
+                    opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True))
 
         self.register_outputs({
             "node_ids": self.node_ids,

@@ -134,7 +134,8 @@ class Head(pulumi.ComponentResource):
                                         depends_on=list(args.after)))
         aws.ec2.VolumeAttachment(
             f"{name}-data-attachment", instance_id=instance.id, volume_id=args.data_volume_id,
-            device_name=DATA_DEVICE, stop_instance_before_detaching=True, opts=child)
+            device_name=DATA_DEVICE, stop_instance_before_detaching=True,
+            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True))
         self.instance = instance
         self.instance_id, self.private_ip = instance.id, instance.private_ip
         self.register_outputs({"instance_id": self.instance_id, "private_ip": self.private_ip,

@@ -188,8 +188,10 @@ class Compute(pulumi.ComponentResource):
             self.node_ids.append(node.id)
             self.private_ips.append(node.private_ip)
             if i < len(args.data_disk_ids):
-                tencentcloud.cbs.StorageAttachment(f"{prefix}-data-{i}-attach", storage_id=args.data_disk_ids[i],
-                                                   instance_id=node.id, opts=child)
+                # Detached from a replaced node before it is attached to the new one (the contract).
+                tencentcloud.cbs.StorageAttachment(
+                    f"{prefix}-data-{i}-attach", storage_id=args.data_disk_ids[i], instance_id=node.id,
+                    opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True))
 
         self.register_outputs({"node_ids": self.node_ids, "private_ips": self.private_ips,
                                "hpc_cluster_id": self.hpc_cluster_id})

@@ -152,7 +152,8 @@ class Head(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True, ignore_changes=["imageId"],
                                         depends_on=list(args.after)))
         tencentcloud.cbs.StorageAttachment(f"{prefix}-head-data-attach", storage_id=args.data_disk_id,
-                                           instance_id=instance.id, opts=child)
+                                           instance_id=instance.id,
+                                           opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True))
         self.instance = instance
         self.instance_id, self.private_ip = instance.id, instance.private_ip
         self.register_outputs({"instance_id": self.instance_id, "private_ip": self.private_ip,
