@@ -1,5 +1,7 @@
 """Tencent storage and backup: CFS Turbo, COS checkpoint bucket, CBS data disks, snapshots, URN stability."""
 
+import ipaddress
+
 import pytest
 
 from components import catalog
@@ -27,16 +29,20 @@ def test_turbo_file_system_on_a_ccn_with_allowed_capacity(sample_plan):
         attach = plan.one("tencentcloud:Ccn/attachmentV2:AttachmentV2").inputs
         assert attach == {"ccnId": ccn.id, "instanceId": plan.one("tencentcloud:Vpc/instance:Instance").id,
                           "instanceRegion": "ap-shanghai", "instanceType": "VPC"}
-        assert fs.inputs["accessGroupId"] == plan.one("tencentcloud:Cfs/accessGroup:AccessGroup").id
+        # CFS's default permission group, as the CreateCfsFileSystem API asks of Turbo; no group of our own.
+        assert fs.inputs["accessGroupId"] == "pgroupbasic"
+        assert not plan.of_type("tencentcloud:Cfs/accessGroup:AccessGroup")
+        assert not plan.of_type("tencentcloud:Cfs/accessRule:AccessRule")
         assert fs.protect and fs.inputs["tags"]["gpu-cluster:name"] == fs.name.removesuffix("-lustre")
 
 
-def test_turbo_range_sits_outside_the_vpc_and_the_subnet_may_mount_read_write(sample_plan):
+def test_turbo_range_sits_outside_the_vpc_and_only_the_clusters_ccn_reaches_it(sample_plan):
     plan = sample_plan("tencent-large")
     assert plan.one(CFS).inputs["cidrBlock"] == "10.51.0.0/24"
-    rule = plan.one("tencentcloud:Cfs/accessRule:AccessRule").inputs
-    assert rule["authClientIp"] == "10.50.0.0/17"
-    assert rule["rwPermission"] == "RW" and rule["userPermission"] == "no_root_squash"
+    vpc = plan.one("tencentcloud:Vpc/instance:Instance")
+    assert not ipaddress.ip_network("10.51.0.0/24").overlaps(ipaddress.ip_network(vpc.inputs["cidrBlock"]))
+    # The CCN Turbo sits on holds the cluster's VPC and nothing else.
+    assert [a.inputs["instanceId"] for a in plan.of_type("tencentcloud:Ccn/attachmentV2:AttachmentV2")] == [vpc.id]
 
 
 def test_no_lustre_no_file_system(sample_plan):

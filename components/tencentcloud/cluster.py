@@ -68,7 +68,7 @@ class ClusterComponent(pulumi.ComponentResource):
 
         storage = Storage(f"{name}-storage", StorageArgs(
             cluster_name=name, region=cluster.region, zone=spec.zone, vpc_id=network.vpc_id,
-            subnet_cidr=network.subnet_cidr, tags=tags, nodes=spec.nodes, data_disk_gb=spec.storage.data_disk_gb,
+            tags=tags, nodes=spec.nodes, data_disk_gb=spec.storage.data_disk_gb,
             turbo=TurboArgs(storage_type=tencent_turbo_type(lustre.throughput_per_tib),
                             capacity_gib=lustre.capacity_gib, cidr=lustre_cidr) if lustre else None,
             checkpoint_bucket=spec.storage.checkpoint_bucket,

@@ -43,8 +43,6 @@ class StorageArgs:
     zone: str
     """The cluster's one zone: the file system and every disk land here."""
     vpc_id: pulumi.Input[str]
-    subnet_cidr: pulumi.Input[str]
-    """Clients allowed to mount the file system (read-write, no root squash)."""
     tags: Mapping[str, str]
     nodes: int
     """One data disk per node when `data_disk_gb` > 0."""
@@ -56,6 +54,10 @@ class StorageArgs:
     """Create the private, versioned, encrypted COS checkpoint bucket."""
     head_data_gb: int = 0
     """The Slurm head node's persistent state disk, GB (components/headnode.py HEAD_DATA_GB). 0: no head node."""
+
+
+TURBO_PERMISSION_GROUP = "pgroupbasic"
+"""The permission group a Turbo file system takes: CFS's default one (see Storage._turbo)."""
 
 
 class Storage(pulumi.ComponentResource):
@@ -128,15 +130,15 @@ class Storage(pulumi.ComponentResource):
                                         tags=tags, opts=child)
         attach = CcnAttachment(f"{prefix}-ccn-vpc", ccn_id=ccn.id, instance_id=args.vpc_id,
                                instance_region=args.region, instance_type="VPC", opts=child)
-        access = tencentcloud.cfs.AccessGroup(f"{prefix}-cfs-access", name=prefix,
-                                              description="cluster subnet, read-write", opts=child)
-        tencentcloud.cfs.AccessRule(f"{prefix}-cfs-subnet", access_group_id=access.id,
-                                    auth_client_ip=args.subnet_cidr, priority=1, rw_permission="RW",
-                                    user_permission="no_root_squash", opts=child)
         fs = tencentcloud.cfs.FileSystem(
             f"{prefix}-lustre", name=prefix, availability_zone=args.zone, protocol="TURBO",
             storage_type=turbo.storage_type, capacity=turbo.capacity_gib, net_interface="CCN",
-            ccn_id=ccn.id, cidr_block=str(turbo.cidr), access_group_id=access.id, tags=tags,
+            ccn_id=ccn.id, cidr_block=str(turbo.cidr), tags=tags,
+            # The API's own rule for Turbo (CreateCfsFileSystem PGroupId, "turbo系列请填写pgroupbasic":
+            # vendored tencentcloud-sdk-go cfs/v20190719 models.go, provider v1.82.42), and what Read gives
+            # back (PGroup.PGroupId), so no later run plans a change. Only the cluster's own CCN, which
+            # holds just its VPC, reaches the Turbo interface.
+            access_group_id=TURBO_PERMISSION_GROUP,
             # The provider cannot change `capacity` (v1.82.42 Update: "argument `capacity` cannot be
             # changed"), so a new size would plan an update that fails: the stack sets it only at
             # creation. A file system grows in the console or with the CFS API ScaleUpFileSystem
