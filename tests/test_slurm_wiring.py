@@ -352,6 +352,20 @@ def test_the_notes_say_what_slurm_adds_and_cannot_do(stack, slurm_plan):
         assert any("replaces the head node" in n for n in slurm)
 
 
+def test_an_own_tencent_image_is_told_what_the_boot_no_longer_installs_for_it():
+    """Slurm on Tencent needs image_id (Ubuntu): the boot then installs no Fabric Manager, and the Turbo
+    client may not support that kernel. The notes say both; the default image's note is gone."""
+    from gpu_cluster.render import validate
+
+    notes = validate(slurm_stack_with("tencent-large")).notes
+    own = [n for n in notes if n.startswith("image_id=")]
+    assert any("/lustre needs Tencent's CFS Turbo client" in n and "drains the node" in n for n in own)
+    assert any("HCCPNV6.96XLARGE2304 has NVSwitch" in n and "nvidia-fabricmanager" in n for n in own)
+    assert not any(n.startswith("image: the newest public TencentOS") for n in notes)
+    # No file system and no NVSwitch: nothing to say.
+    assert not [n for n in validate(slurm_stack_with("tencent-entry")).notes if n.startswith("image_id=")]
+
+
 # ---- scheduler: none ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("stack", [s for s in SAMPLE_STACKS if s.startswith("tencent")])

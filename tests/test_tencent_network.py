@@ -143,3 +143,15 @@ def test_the_tencent_head_node_waits_for_the_network_too(slurm_plan):
     [head] = [r for r in plan.of_type("tencentcloud:Instance/instance:Instance") if r.name == "tc-large-head"]
     assert plan.one("tencentcloud:Route/tableEntry:TableEntry").urn in head.dependencies
     assert plan.one("tencentcloud:Security/groupRuleSet:GroupRuleSet").urn in head.dependencies
+
+
+def test_the_notes_say_when_the_flow_log_cannot_see_the_nodes():
+    """VPC flow logs record only the families the provider doc lists: HCCPNV6 (tc-large) is not one."""
+    from components.tencentcloud.notes import FLOW_LOG_FAMILIES
+    from gpu_cluster.render import read_stack_file, stack_path, validate
+
+    large = validate(read_stack_file(stack_path("tencent-large")))
+    assert large.shape.family not in FLOW_LOG_FAMILIES
+    assert any(n.startswith("flow logs:") and large.shape.type in n for n in large.notes)
+    entry = validate(read_stack_file(stack_path("tencent-entry")))
+    assert entry.shape.family in FLOW_LOG_FAMILIES and not any(n.startswith("flow logs:") for n in entry.notes)

@@ -15,8 +15,17 @@ if TYPE_CHECKING:
     from components.spec import ClusterSpec
 
 
+# The instance families whose traffic VPC flow logs collect (provider doc vpc_flow_log v1.82.42, NOTE).
+FLOW_LOG_FAMILIES = frozenset(
+    "M6ce M6p SA3se S4m DA3 ITA3 I6t I6 S5se SA2 SK1 S4 S5 SN3ne S3ne S2ne SA2a SW3a SW3b SW3ne IT5c IT5 IT3 I3 D3 "
+    "DA2 D2 M6 MA2 M4 C6 IT3a IT3b IT3c C4ne CN3ne C3ne GI1 PNV4 GNV4v GNV4 GT4 GI3X GN7 GN7vw".split())
+
+
 def notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
     out = []
+    if shape.family not in FLOW_LOG_FAMILIES:
+        out.append(f"flow logs: the flow log collects nothing from {shape.type}'s nodes: {shape.family} is not "
+                   f"among the families it records (provider doc vpc_flow_log v1.82.42)")
     if spec.tier == "large" and shape.gpu not in H100_COMPUTE:
         out.append(
             f"tier large on tencentcloud: {shape.type} has {shape.gpu_label} — the HCC RDMA shape Tencent documents "
@@ -32,6 +41,19 @@ def notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
                    "by Tencent's installer (cloud.tencent.com/document/product/560/112129; its file format is taken "
                    "from that page as others cite it, unconfirmed), which takes 15-25 minutes"
                    + ("; nvidia-fabricmanager follows for this NVSwitch shape" if shape.interconnect == "nvswitch" else ""))
+    else:
+        if spec.storage.lustre is not None:
+            out.append(f"image_id={spec.image_id}: /lustre needs Tencent's CFS Turbo client to support the image's "
+                       f"kernel; its compatibility list (CFS documentation, \"Using CFS Turbo on Linux clients\") "
+                       f"names TencentOS Server 3.1 and not Ubuntu 22.04, and says nothing we could read of 24.04. "
+                       f"Where it does not, the node boots without /lustre and its boot step "
+                       f"gpu-cluster-lustre-client says why"
+                       + (" (the Slurm health check then drains the node)" if spec.scheduler == "slurm" else ""))
+        if shape.interconnect == "nvswitch":
+            out.append(f"image_id={spec.image_id}: {shape.type} has NVSwitch, so the image must carry "
+                       f"nvidia-fabricmanager of exactly its driver's version, enabled; the boot installs neither "
+                       f"on your own image (Tencent documentation, \"Installing nvidia-fabricmanager on GPU "
+                       f"instances\": without it \"GPU instances cannot be used properly\")")
     out.append("alarms: Tencent Cloud sends them to CAM users only, so every budget.emails address must belong to a CAM "
                "user of the account (checked at `pulumi up`); budget reminders go to the account's message-center "
                "subscribers for budgets (billing.Budget has no receiver)")
