@@ -104,6 +104,17 @@ def test_slurm_conf_keys_that_make_the_design_work():
 
 
 @pytest.mark.parametrize("stack", SAMPLES)
+def test_the_consumable_is_what_the_node_lines_describe(stack):
+    """A node line with CPUs only makes Slurm infer one single-thread core per socket (slurm.conf(5),
+    Sockets/CoresPerSocket/ThreadsPerCore): then only whole CPUs can be the consumable, not cores."""
+    conf = slurm_conf(sample(stack))
+    select = re.search(r"^SelectTypeParameters=(\S+)$", conf, re.M).group(1)
+    for n in conf_nodes(conf):
+        if not {"CoresPerSocket", "ThreadsPerCore"} <= set(n):
+            assert select.startswith("CR_CPU"), (stack, select, n)
+
+
+@pytest.mark.parametrize("stack", SAMPLES)
 def test_node_lines_declare_memory_below_what_the_shape_reports(stack):
     """Without RealMemory Slurm takes 1 MB and refuses any job that asks for memory; above what the
     kernel reports the node would be refused at registration."""

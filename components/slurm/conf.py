@@ -219,7 +219,12 @@ def slurm_conf(c: SlurmCluster) -> str:
         ("ProctrackType", "proctrack/cgroup"),
         ("TaskPlugin", "task/cgroup,task/affinity"),
         ("SelectType", "select/cons_tres"),
-        ("SelectTypeParameters", "CR_Core"),
+        # The node lines give CPUs only (the catalogue's vCPUs; no primary source here gives every
+        # shape's sockets, cores and threads), and slurm.conf(5) infers Sockets=CPUs, CoresPerSocket=1,
+        # ThreadsPerCore=1 from that alone: with CR_Core the scheduler would hand out hyperthreads as
+        # if they were cores. The CPU is the consumable instead, as in ParallelCluster's slurm.conf
+        # (aws-parallelcluster-cookbook templates/default/slurm/slurm.conf.erb: cons_tres, CR_CPU).
+        ("SelectTypeParameters", "CR_CPU"),
         ("GresTypes", "gpu"),
         ("MpiDefault", "none"),
         # RDMA/EFA registers large pinned buffers: keep slurmd's unlimited MEMLOCK (the Debian unit
