@@ -107,7 +107,11 @@ printf '%12s %13s     float     sum      -1  1000.0  100.00  %s      0  1000.0  
 
 VIRTUAL_CLOCK = r'''# Sourced by every bash the tests start (BASH_ENV): `sleep N` records N and moves bash's own clock,
 # $SECONDS, on by N (rounded up to a whole second) instead of waiting. The scripts' deadlines are all
-# `deadline=$((SECONDS + WAIT))` loops, so they run exactly as on a node, in no time.
+# `deadline=$((SECONDS + WAIT))` loops, so they run exactly as on a node, in no time. SECONDS is unset
+# first, which takes away its special meaning for good (bash(1), SECONDS): real time that passes while a
+# loaded machine runs the stubs never moves the clock, so a wait takes the same number of polls every run.
+unset SECONDS
+SECONDS=0
 sleep() {
   local s=${1:-1} whole
   whole=${s%%.*}
