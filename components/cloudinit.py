@@ -271,6 +271,15 @@ class BootConfig:
     hostname: Optional[str] = None
     """Set the host name at every boot (cloud-init set_hostname; the Slurm head node must be
     called what slurm.conf's SlurmctldHost says). None: leave the cloud's host name."""
+    apt_lock_wait_s: int = 0
+    """Debian-family images: seconds every apt-get waits for the dpkg lock (an apt.conf.d drop-in).
+    0: no drop-in."""
+
+
+APT_LOCK_DROPIN = "/etc/apt/apt.conf.d/90gpu-cluster-lock-wait"
+"""Unscoped DPkg::Lock::Timeout: Ubuntu's own default scopes its 120 s wait to the `apt` command
+(binary::apt::DPkg::Lock::Timeout), so apt-get in a boot script fails at once while apt-daily or
+unattended-upgrades holds the lock. cloud-init's package step waits by itself; the scripts do not."""
 
 
 _DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
@@ -337,6 +346,9 @@ def _files(boot: BootConfig) -> list[dict]:
         files.append(_script(f"{SBIN}/gpu-cluster-lustre-client", boot.lustre.client_script))
         files += list(boot.lustre.files)
     files += [_script(f"{SBIN}/{step.name}", step.script) for step in boot.steps]
+    if boot.apt_lock_wait_s:
+        files.append({"path": APT_LOCK_DROPIN, "permissions": "0644",
+                      "content": f'DPkg::Lock::Timeout "{boot.apt_lock_wait_s}";\n'})
     return files + list(boot.files)
 
 

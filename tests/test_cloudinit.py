@@ -3,13 +3,15 @@ rendered script is valid bash that shellcheck accepts."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import yaml
 
 from components import catalog
 from components.aws.boot import CLOUDWATCH_AGENT_CTL, DATA_VOLUME_TAG, EBS_MODEL, NVME_MODEL, boot_config
-from components.cloudinit import (DATA_SCRIPT, MD_DEVICE, SCRATCH_SCRIPT, SCRATCH_UNIT, BootConfig, DataDisk, decode,
-                                  render, scripts)
+from components.cloudinit import (APT_LOCK_DROPIN, DATA_SCRIPT, MD_DEVICE, SCRATCH_SCRIPT, SCRATCH_UNIT, BootConfig,
+                                  DataDisk, decode, render, scripts)
 from components.tencentcloud import boot as tencent_boot
 from gpu_cluster.render import SAMPLE_STACKS
 from tests.shellcheck import code_of, lint, representatives
@@ -82,7 +84,7 @@ def test_the_cloudwatch_agent_is_installed_verified_and_started():
 def test_no_scratch_no_lustre_no_data_disk():
     doc = _doc(render(boot_config(G4, "none", PARAM, None, data_disk=False)))
     assert "mounts" not in doc and "packages" not in doc
-    assert [f["path"] for f in doc["write_files"]] == ["/usr/local/sbin/gpu-cluster-cloudwatch-agent"]
+    assert [f["path"] for f in doc["write_files"]] == ["/usr/local/sbin/gpu-cluster-cloudwatch-agent", APT_LOCK_DROPIN]
 
 
 def test_aws_data_volume_is_found_by_the_volume_id_in_the_instance_tags():
@@ -147,6 +149,28 @@ def test_fabric_manager_comes_from_the_drivers_module_stream(tmp_path, driver, p
     r, calls = run(f"module enable -y nvidia-driver:{branch}-dkms")
     assert r.returncode == 1 and f"nvidia-driver:{branch}-dkms" in r.stderr
     assert not [c for c in calls if " install " in c]
+
+
+@pytest.mark.parametrize("stack", [s for s in SAMPLE_STACKS if s.startswith("aws-")])
+def test_every_aws_boot_waits_for_the_dpkg_lock_and_nothing_bypasses_apt(stack):
+    """A first boot's apt-daily or unattended-upgrades holds the dpkg lock: apt-get in a boot script would
+    fail at once (Ubuntu scopes its wait to `apt`), so every AWS boot (nodes and head node) waits
+    through an unscoped apt.conf.d drop-in, and no script calls dpkg -i, which never waits."""
+    from conftest import slurm_rendered
+    from gpu_cluster.plan import Plan
+
+    plan = Plan.from_doc(slurm_rendered(stack).plan())
+    docs = [_doc(decode(plan.one("aws:ec2/launchTemplate:LaunchTemplate").inputs["userData"]))]
+    docs += [_doc(decode(r.inputs["userDataBase64"])) for r in plan.of_type("aws:ec2/instance:Instance")
+             if r.inputs.get("userDataBase64")]
+    assert len(docs) == 2, "the nodes' template and the head node"
+    for doc in docs:
+        assert _file(doc, APT_LOCK_DROPIN) == 'DPkg::Lock::Timeout "600";\n'
+        scripts = [f["content"] for f in doc["write_files"] if f["content"].startswith("#!/bin/bash")]
+        assert scripts and not any(re.search(r"^\s*dpkg -i", c, re.M) for c in scripts)
+    # TencentOS has no apt: no drop-in there.
+    tencent = _doc(render(tencent_boot.boot_config(shape=GT4, scratch="none", lustre_source=None, install_driver=True)))
+    assert APT_LOCK_DROPIN not in [f["path"] for f in tencent["write_files"]]
 
 
 def test_launch_template_user_data_is_that_document(sample_plan):

@@ -169,7 +169,8 @@ if [ ! -x "$CTL" ]; then
   gpg --batch --quiet --import "$work/agent.gpg"
   gpg --batch --with-colons --fingerprint | grep -q "^fpr:::::::::$FINGERPRINT:" || fail "unexpected signing key"
   gpg --batch --verify "$work/agent.deb.sig" "$work/agent.deb" || fail "the agent package signature does not verify"
-  dpkg -i -E "$work/agent.deb" || fail "installing the agent failed"
+  # apt-get, not dpkg -i: it waits for the dpkg lock (APT_LOCK_DROPIN, components/cloudinit.py).
+  apt-get install -y -q "$work/agent.deb" || fail "installing the agent failed"
   rm -rf "$work"
 fi
 "$CTL" -a fetch-config -m ec2 -s -c "ssm:$PARAMETER" || fail "the agent did not start with ssm:$PARAMETER"
@@ -181,6 +182,11 @@ def lustre_mount(source: str) -> LustreMount:
     return LustreMount(source=source, client_script=LUSTRE_CLIENT_SH, files=(
         {"path": f"/etc/systemd/system/{REBOOT_UNIT}", "permissions": "0644", "owner": "root:root",
          "content": REBOOT_UNIT_FILE},))
+
+
+APT_LOCK_WAIT_S = 600
+"""How long the boot's apt-get waits for the dpkg lock on the Ubuntu images (the Lustre client and the
+CloudWatch agent installs): longer than an unattended-upgrades run at first boot usually takes."""
 
 
 def boot_config(shape: Shape, scratch: str, cloudwatch_parameter: str, lustre_source: Optional[str],
@@ -200,4 +206,5 @@ def boot_config(shape: Shape, scratch: str, cloudwatch_parameter: str, lustre_so
         steps=(Step("gpu-cluster-cloudwatch-agent", bash_script(
             "gpu-cluster-cloudwatch-agent", "Install and start the CloudWatch agent with the cluster's GPU metrics",
             CLOUDWATCH_AGENT_SH.format(parameter=shlex.quote(cloudwatch_parameter), ctl=CLOUDWATCH_AGENT_CTL))),),
+        apt_lock_wait_s=APT_LOCK_WAIT_S,
     )

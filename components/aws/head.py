@@ -18,13 +18,15 @@ instance that runs slurmctld (components/slurm, head_boot_config).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
 import pulumi
 import pulumi_aws as aws
 
-from components.aws.boot import DATA_SERIAL_FROM_IMDS, DATA_VOLUME_TAG, EBS_MODEL, lustre_mount
+from components.aws.boot import (APT_LOCK_WAIT_S, DATA_SERIAL_FROM_IMDS, DATA_VOLUME_TAG, EBS_MODEL,
+                                 lustre_mount)
 from components.aws.common import assume_role_policy, aws_managed_policy, policy_output, tagged
 from components.cloudinit import DataDisk, encode, render, size_problem
 from components.headnode import HEAD_INSTANCE_TYPES, HEAD_ROLE, ROLE_TAG
@@ -169,9 +171,10 @@ def munge_policy(secret_arn: pulumi.Input[str], write: bool) -> pulumi.Output[st
 
 
 def _user_data(c: SlurmCluster, lustre_source: Optional[str], name: str) -> str:
-    boot = head_boot_config(
+    boot = dataclasses.replace(head_boot_config(
         c, lustre=lustre_mount(lustre_source) if lustre_source else None,
-        data_disk=DataDisk(serial_command=DATA_SERIAL_FROM_IMDS), disk_model=EBS_MODEL)
+        data_disk=DataDisk(serial_command=DATA_SERIAL_FROM_IMDS), disk_model=EBS_MODEL),
+        apt_lock_wait_s=APT_LOCK_WAIT_S)
     encoded = encode(render(boot))
     problem = size_problem(encoded, "raw", f"head node {name}")
     if problem:
