@@ -162,3 +162,23 @@ def test_nodes_ignore_template_changes_so_a_new_image_never_replaces_them():
     # The Slurm head node ignores only a newer Ubuntu image (components/aws/head.py).
     others = [(r.name, r.ignore_changes) for r in regs if r.ignore_changes and r not in nodes]
     assert others == [("llm-large-head-instance", ["ami"])], "only the nodes (and the head node's image) ignore changes"
+
+
+def test_the_shape_is_checked_as_offered_in_this_accounts_zone_before_anything_is_made():
+    """Zone names are per account: a p5 zone in one account may have none in another. The preview asks
+    DescribeInstanceTypeOfferings for the shape in the zone, and stops in one sentence when it is not."""
+    import pulumi
+
+    from components.aws.compute import offered_in_zone
+    from conftest import rendered, stack_with
+
+    result = rendered(stack_with("aws-large"))
+    [args] = [a for token, a in result.invokes if token == "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings"]
+    assert args["locationType"] == "availability-zone"
+    assert {f["name"]: f["values"] for f in args["filters"]} == {"instance-type": ["p5.48xlarge"], "location": ["us-east-1a"]}
+    [template] = [r for r in result.registrations if r.type == LT]
+    assert template.inputs["instanceType"] == "p5.48xlarge"
+    assert offered_in_zone("p5.48xlarge", "us-east-1a", ["p5.48xlarge"]) == "p5.48xlarge"
+    with pytest.raises(pulumi.RunError, match=r"cluster.instance_type=p5.48xlarge is not offered in "
+                                              r"cluster.zone=us-east-1a for this account"):
+        offered_in_zone("p5.48xlarge", "us-east-1a", [])

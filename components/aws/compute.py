@@ -107,6 +107,19 @@ def offering_in_zone(offering_id: str, offering_zone: str, zone: str) -> str:
     return offering_id
 
 
+def offered_in_zone(instance_type: str, zone: str, offered: Sequence[str]) -> str:
+    """`instance_type`, once EC2 says it is offered in the cluster's zone. Zone names are per account
+    ("us-east-1a" maps to a different zone in each account: EC2 user guide, "AZ IDs"), so a GPU shape
+    one account has in a zone another may not: RunInstances would fail after the network and the
+    file system exist."""
+    if instance_type not in offered:
+        raise pulumi.RunError(f"cluster.instance_type={instance_type} is not offered in cluster.zone={zone} for this "
+                              f"account (DescribeInstanceTypeOfferings; zone names map to different zones in each "
+                              f"account); choose a zone where it is: aws ec2 describe-instance-type-offerings "
+                              f"--location-type availability-zone --filters Name=instance-type,Values={instance_type}")
+    return instance_type
+
+
 def market(purchase: str, index: int) -> Market:
     """How node `index` is bought: on_demand, spot, or mixed (node 0 on-demand, the rest spot)."""
     return "spot" if node_is_spot(purchase, index) else "on_demand"
@@ -197,12 +210,20 @@ class Compute(pulumi.ComponentResource):
             filters=[aws.ec2.GetAmiFilterArgs(name="image-id", values=[image])],
             opts=pulumi.InvokeOptions(parent=self)).root_device_name
 
+        # The shape must be sold in this account's zone: checked at preview, before anything is created.
+        offered = aws.ec2.get_instance_type_offerings_output(
+            location_type="availability-zone",
+            filters=[aws.ec2.GetInstanceTypeOfferingsFilterArgs(name="instance-type", values=[args.shape.type]),
+                     aws.ec2.GetInstanceTypeOfferingsFilterArgs(name="location", values=[args.zone])],
+            opts=pulumi.InvokeOptions(parent=self)).instance_types.apply(
+                lambda found: offered_in_zone(args.shape.type, args.zone, found or []))
+
         lt_name = f"{name}-launch-template"
         template = aws.ec2.LaunchTemplate(
             lt_name,
             description=f"GPU nodes of {args.cluster_name}: {args.shape.type}",
             image_id=image,
-            instance_type=args.shape.type,
+            instance_type=offered,
             update_default_version=True,
             iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(arn=profile.arn),
             # IMDSv2 only (CKV_AWS_79, FSBP EC2.8); hop limit 2 lets containers on the node reach it.

@@ -183,6 +183,13 @@ COMPUTED: dict = {
 }
 
 # Invoke token → fn(args) → result.
+def _type_offerings(args: dict) -> dict:
+    wanted = {f["name"]: list(f.get("values") or []) for f in args.get("filters") or []}
+    pairs = [(t, z) for t in wanted.get("instance-type", []) for z in wanted.get("location", [_cluster_zone()])]
+    return {"id": _region(), "instanceTypes": [t for t, _ in pairs], "locations": [z for _, z in pairs],
+            "locationTypes": [args.get("locationType") or "region"] * len(pairs)}
+
+
 LOOKUPS: dict = {
     "aws:index/getCallerIdentity:getCallerIdentity": lambda args: {
         "accountId": ACCOUNT, "arn": f"arn:aws:iam::{ACCOUNT}:user/ci", "userId": "AIDAEXAMPLE", "id": ACCOUNT,
@@ -199,6 +206,9 @@ LOOKUPS: dict = {
         "rootDeviceName": DLAMI_ROOT_DEVICE, "rootDeviceType": "ebs", "virtualizationType": "hvm",
         "enaSupport": True, "ownerId": "898082745236", "state": "available",
     },
+    # The type in the zone, as DescribeInstanceTypeOfferings answers the program's filters (instance-type,
+    # location) where the account has it (ec2_instance_type_offerings_data_source.go: id = the region).
+    "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings": lambda args: _type_offerings(args),
     # One offering for the requested dates, in the cluster's zone: the lookup as it answers when AWS has
     # the block the stack asks for (when it has none, or several, the real lookup fails `pulumi up`).
     "aws:ec2/getCapacityBlockOffering:getCapacityBlockOffering": lambda args: {
