@@ -210,8 +210,10 @@ def _keep_packages(tree: Path, plans: Any) -> None:
 
 def kept_as_created(base: Optional[Plan], head: Optional[Plan],
                     ignore_changes: Mapping[str, Sequence[str]]) -> list[tuple[str, tuple[str, ...]]]:
-    """(name, properties) of the resources whose ignored properties differ: `pulumi up` keeps what they
-    were created with, and only a new or replaced resource gets the new values."""
+    """(name, properties) of the resources whose ignored properties differ: `pulumi up` keeps the values
+    in the state, and a replacement keeps them too (the engine puts the old values of ignored properties
+    back whenever there is a state: pulumi/pulumi step_generator.go, processIgnoreChanges); only a
+    resource created anew gets the new ones."""
     before, after = _managed(base), _managed(head)
     out = []
     for urn, r in after.items():
@@ -314,7 +316,7 @@ def render_markdown(reviews: list[StackReview], base_ref: str) -> str:
         out += [f"- note: {n}".replace("\n", "\n  ") for n in r.notes]
         if r.kept:
             out.append("- kept as created (the program ignores changes to these, so `pulumi up` leaves them; "
-                       "only new or replaced resources get the new values): "
+                       "a replacement keeps them too; only a resource created anew gets the new values): "
                        + ", ".join(f"`{name}` ({', '.join(keys)})" for name, keys in r.kept))
         out.append(f"- monthly cost: {_cost_line(r)}")
         out += controls

@@ -130,8 +130,10 @@ class Head(pulumi.ComponentResource):
             disable_api_termination=args.termination_protection,
             tags=tagged(args.tags, f"{name}-instance", **{ROLE_TAG: HEAD_ROLE, DATA_VOLUME_TAG: args.data_volume_id}),
             # The fixed address is free only once the old head node is gone; a newer Ubuntu image alone
-            # never replaces it (the parameter moves with every Canonical release): roll it on purpose
-            # with `pulumi up --replace <urn>`.
+            # never replaces it (the parameter moves with every Canonical release), and a replacement keeps
+            # the state's image too (the engine restores ignored properties whenever there is a state:
+            # pulumi/pulumi step_generator.go, processIgnoreChanges). For a new image, delete it and let the
+            # next `pulumi up` create it (`pulumi destroy --target <urn> --target-dependents`).
             opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True, ignore_changes=["ami"],
                                         depends_on=list(args.after)))
         aws.ec2.VolumeAttachment(

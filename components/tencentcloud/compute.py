@@ -179,9 +179,12 @@ class Compute(pulumi.ComponentResource):
                 # A node keeps the image and boot config it was created with: a newer public image (the
                 # default is looked up at every run) would reinstall a running GPU node in place, and
                 # cloud-init reads user data only at first boot anyway (resource_tc_instance.go Update:
-                # image_id → reinstall, user_data/user_data_raw → ModifyUserData). New and replaced nodes get
-                # the current ones; roll a node on purpose with `pulumi up --replace`. userDataRaw stays
-                # ignored for nodes created before user data was compressed (they hold it there).
+                # image_id → reinstall, user_data/user_data_raw → ModifyUserData). New nodes get the current
+                # ones; a replaced node keeps the state's, since the engine puts the old values of ignored
+                # properties back whenever there is a state (pulumi/pulumi step_generator.go,
+                # processIgnoreChanges), `pulumi up --replace` included. To move a node onto them, delete it
+                # and let the next `pulumi up` create it (`pulumi destroy --target <urn> --target-dependents`).
+                # userDataRaw stays ignored for nodes created before user data was compressed.
                 opts=pulumi.ResourceOptions(parent=self, ignore_changes=["imageId", "userDataRaw", "userData"],
                                             depends_on=list(args.after)),
             )
