@@ -277,9 +277,10 @@ class BootConfig:
 
 
 APT_LOCK_DROPIN = "/etc/apt/apt.conf.d/90gpu-cluster-lock-wait"
-"""Unscoped DPkg::Lock::Timeout: Ubuntu's own default scopes its 120 s wait to the `apt` command
-(binary::apt::DPkg::Lock::Timeout), so apt-get in a boot script fails at once while apt-daily or
-unattended-upgrades holds the lock. cloud-init's package step waits by itself; the scripts do not."""
+"""Unscoped DPkg::Lock::Timeout: apt's own default wait (120 s without a terminal) is set for the `apt`
+command only (Binary::apt::DPkg::Lock::Timeout, apt-private/private-cmndline.cc), so apt-get in a boot
+script fails at once while unattended-upgrades holds the dpkg lock. It covers the dpkg lock alone, not
+the package lists' lock `apt-get update` takes. cloud-init's package step waits by itself."""
 
 
 _DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)

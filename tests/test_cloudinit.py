@@ -111,7 +111,8 @@ def test_tencent_nodes_name_their_own_data_disk_and_install_turbo_and_the_driver
 
 
 @pytest.mark.parametrize("driver, package", [("535.161.07", "nvidia-fabric-manager-535.161.07-1"),
-                                             ("580.65.06", "nvidia-fabricmanager-580.65.06-1")])
+                                             ("580.65.06", "nvidia-fabricmanager-580.65.06-1"),
+                                             ("590.44.01", "nvidia-fabricmanager-590.44.01-1.el8")])
 def test_fabric_manager_comes_from_the_drivers_module_stream(tmp_path, driver, package):
     """On TencentOS (dnf) the pinned Fabric Manager build is visible only once its nvidia-driver stream is
     enabled (modular filtering): the script enables the driver's branch, then installs that exact build."""
@@ -154,7 +155,7 @@ def test_fabric_manager_comes_from_the_drivers_module_stream(tmp_path, driver, p
 @pytest.mark.parametrize("stack", [s for s in SAMPLE_STACKS if s.startswith("aws-")])
 def test_every_aws_boot_waits_for_the_dpkg_lock_and_nothing_bypasses_apt(stack):
     """A first boot's apt-daily or unattended-upgrades holds the dpkg lock: apt-get in a boot script would
-    fail at once (Ubuntu scopes its wait to `apt`), so every AWS boot (nodes and head node) waits
+    fail at once (apt's own wait is for the `apt` command only), so every AWS boot (nodes and head node) waits
     through an unscoped apt.conf.d drop-in, and no script calls dpkg -i, which never waits."""
     from conftest import slurm_rendered
     from gpu_cluster.plan import Plan

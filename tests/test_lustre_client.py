@@ -30,7 +30,12 @@ STUBS = {
   pkgnames) grep -- "^$2" "$STUB/available" || true ;;
 esac
 ''',
+    # update fails while $STUB/lists-locked holds a count above 0 (apt-daily holding the lists' lock).
     "apt-get": r'''echo "apt-get $*" >> "$STUB/log"
+if [ "$1" = update ] && [ -s "$STUB/lists-locked" ]; then
+  n=$(cat "$STUB/lists-locked")
+  if [ "$n" -gt 0 ]; then echo $((n - 1)) > "$STUB/lists-locked"; echo "E: Could not get lock /var/lib/apt/lists/lock" >&2; exit 100; fi
+fi
 if [ "$1" = purge ]; then
   for p in "$@"; do grep -vxF -- "$p" "$STUB/installed" > "$STUB/installed.new" || true; mv "$STUB/installed.new" "$STUB/installed"; done
 fi
@@ -61,6 +66,7 @@ case "$2" in nvidia) echo "/lib/modules/$(cat "$STUB/kernel")/kernel/nvidia-570/
 sed -n 's/^linux-image-//p' "$STUB/installed" | while read -r k; do echo "	menuentry 'Ubuntu, with Linux $k' {" >> "$GRUB_CFG_STUB"; done
 ''',
     "systemctl": 'echo "systemctl $*" >> "$STUB/log"\n',
+    "sleep": 'echo "sleep $*" >> "$STUB/sleeps"\n',
 }
 
 
@@ -208,3 +214,22 @@ def test_the_reboot_unit_waits_for_cloud_init_and_ships_with_the_mount():
     unit = next(f for f in lustre_mount("fs@tcp:/m").files if f["path"].endswith(REBOOT_UNIT))
     assert "After=cloud-final.service gpu-cluster-data.service" in unit["content"] and "ExecStart=/usr/bin/systemctl reboot" in unit["content"]
     assert "[Install]" not in unit["content"], "started only by the client script, never at boot"
+
+
+@pytest.mark.parametrize("locked, ok", [(3, True), (60, False)])
+def test_apt_get_update_waits_out_a_held_package_lists_lock(node, locked, ok):
+    """apt-get update takes the package lists' lock without waiting, and apt-daily holds it at many a
+    first boot: the script tries again every 10 s for 10 minutes, then fails by name."""
+    root, stub, _, _ = node
+    available(stub, f"lustre-client-modules-{RUNNING}")
+    (stub / "lists-locked").write_text(f"{locked}\n")
+    r = run(node)
+    updates = (stub / "log").read_text().count("apt-get update")
+    sleeps = (stub / "sleeps").read_text().splitlines() if (stub / "sleeps").exists() else []
+    if ok:
+        assert r.returncode == 0, r.stderr
+        assert (updates, sleeps) == (4, ["sleep 10"] * 3)
+        assert installed(stub) == [f"lustre-client-modules-{RUNNING}"]
+    else:
+        assert r.returncode == 1 and "apt-get update failed for 10 minutes" in r.stderr
+        assert updates == 60 and installed(stub) == []

@@ -66,7 +66,13 @@ codename=$(sed -n 's/^VERSION_CODENAME=//p' /etc/os-release)
 curl -fsSL --retry 5 https://fsx-lustre-client-repo-public-keys.s3.amazonaws.com/fsx-ubuntu-public-key.asc \
   | gpg --dearmor --yes -o "$KEYRING" || fail "could not fetch the FSx client repository key"
 echo "deb [signed-by=$KEYRING] https://fsx-lustre-client-repo.s3.amazonaws.com/ubuntu $codename main" > "$SOURCES"
-apt-get update -q || fail "apt-get update failed"
+# apt-get update takes /var/lib/apt/lists/lock without waiting (apt's DPkg::Lock::Timeout covers only
+# the dpkg lock), and apt-daily holds it at many a first boot: try again for as long as the dpkg wait.
+for _ in $(seq 1 60); do
+  if apt-get update -q; then updated=1; break; fi
+  sleep 10
+done
+[ "${updated:-0}" = 1 ] || fail "apt-get update failed for 10 minutes (apt-daily holding /var/lib/apt/lists/lock?)"
 export DEBIAN_FRONTEND=noninteractive
 if apt-cache show "lustre-client-modules-$kernel" > /dev/null 2>&1; then
   apt-get install -y -q "lustre-client-modules-$kernel" || fail "installing the Lustre client failed"
@@ -170,7 +176,7 @@ if [ ! -x "$CTL" ]; then
   gpg --batch --with-colons --fingerprint | grep -q "^fpr:::::::::$FINGERPRINT:" || fail "unexpected signing key"
   gpg --batch --verify "$work/agent.deb.sig" "$work/agent.deb" || fail "the agent package signature does not verify"
   # apt-get, not dpkg -i: it waits for the dpkg lock (APT_LOCK_DROPIN, components/cloudinit.py).
-  apt-get install -y -q "$work/agent.deb" || fail "installing the agent failed"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$work/agent.deb" || fail "installing the agent failed"
   rm -rf "$work"
 fi
 "$CTL" -a fetch-config -m ec2 -s -c "ssm:$PARAMETER" || fail "the agent did not start with ssm:$PARAMETER"
@@ -186,7 +192,8 @@ def lustre_mount(source: str) -> LustreMount:
 
 APT_LOCK_WAIT_S = 600
 """How long the boot's apt-get waits for the dpkg lock on the Ubuntu images (the Lustre client and the
-CloudWatch agent installs): longer than an unattended-upgrades run at first boot usually takes."""
+CloudWatch agent installs; the Lustre script retries `apt-get update` as long, since the package
+lists' lock never waits)."""
 
 
 def boot_config(shape: Shape, scratch: str, cloudwatch_parameter: str, lustre_source: Optional[str],

@@ -62,14 +62,16 @@ if ! systemctl cat nvidia-fabricmanager.service > /dev/null 2>&1; then
     dnf config-manager --add-repo https://developer.download.nvidia.com/compute/cuda/repos/rhel8/x86_64/cuda-rhel8.repo
     # NVIDIA's RHEL 8 repository ships Fabric Manager in the nvidia-driver module streams, and dnf hides
     # the builds of a stream that is not enabled (modular filtering): enable the driver's branch first,
-    # as NVIDIA's own driver container does (NVIDIA/gpu-driver-container rhel8/install.sh,
-    # extra_pkgs_install). Enabling installs nothing, and the package requires no driver package
-    # (NVIDIA/yum-packaging-fabric-manager fabricmanager.spec), so the installed driver stays. From
-    # branch 580 the package is called nvidia-fabricmanager.
+    # then install the build of exactly this driver, as NVIDIA's own driver container does beside a
+    # driver it installed from the .run file, as Tencent's installer does here (NVIDIA/gpu-driver-container
+    # rhel8/install.sh: extra_pkgs_install, fabricmanager_install). Enabling a stream installs nothing.
+    # The package's name and release follow that script: nvidia-fabric-manager-<v>-1 before branch 580,
+    # nvidia-fabricmanager-<v>-1 on 580, nvidia-fabricmanager-<v>-1.el8 from 590.
     dnf module enable -y "nvidia-driver:$branch-dkms" || fail "NVIDIA's repository has no nvidia-driver:$branch-dkms stream"
-    package=nvidia-fabric-manager
-    if [ "$branch" -ge 580 ]; then package=nvidia-fabricmanager; fi
-    dnf install -y "$package-$driver-1" || fail "no $package $driver in NVIDIA's repository"
+    package="nvidia-fabric-manager-$driver-1"
+    if [ "$branch" -ge 590 ]; then package="nvidia-fabricmanager-$driver-1.el8"
+    elif [ "$branch" -ge 580 ]; then package="nvidia-fabricmanager-$driver-1"; fi
+    dnf install -y "$package" || fail "no $package in NVIDIA's repository"
   else
     apt-get update -q
     DEBIAN_FRONTEND=noninteractive apt-get install -y "nvidia-fabricmanager-${driver%%.*}=$driver-*" \
