@@ -179,6 +179,24 @@ def test_the_shape_is_checked_as_offered_in_this_accounts_zone_before_anything_i
     [template] = [r for r in result.registrations if r.type == LT]
     assert template.inputs["instanceType"] == "p5.48xlarge"
     assert offered_in_zone("p5.48xlarge", "us-east-1a", ["p5.48xlarge"]) == "p5.48xlarge"
+    # Reserved capacity answers for its own zone: no offering lookup there.
+    reserved = rendered(stack_with("aws-reserved"))
+    assert not [t for t, _ in reserved.invokes if t == "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings"]
     with pytest.raises(pulumi.RunError, match=r"cluster.instance_type=p5.48xlarge is not offered in "
                                               r"cluster.zone=us-east-1a for this account"):
         offered_in_zone("p5.48xlarge", "us-east-1a", [])
+
+
+def test_a_shape_the_zone_does_not_offer_fails_the_render_in_one_sentence(monkeypatch):
+    """Through the program: the lookup finding nothing stops the render (as it stops `pulumi preview`)."""
+    import pulumi
+
+    from conftest import stack_with
+    from gpu_cluster import mocks
+    from gpu_cluster.render import render
+
+    token = "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings"
+    monkeypatch.setitem(mocks.LOOKUPS, token, lambda args: {"id": "us-east-1", "instanceTypes": [], "locations": [],
+                                                            "locationTypes": []})
+    with pytest.raises(pulumi.RunError, match=r"p5.48xlarge is not offered in cluster.zone=us-east-1a"):
+        render(stack_with("aws-large"))

@@ -90,6 +90,8 @@ def test_mock_ids_take_the_forms_the_provider_gives_them(sample_plan):
               "tencentcloud:Cfs/autoSnapshotPolicyAttachment:AutoSnapshotPolicyAttachment": (
                   "autoSnapshotPolicyId", "fileSystemIds"),
               "tencentcloud:Ccn/attachmentV2:AttachmentV2": ("ccnId", "instanceType", "instanceRegion", "instanceId")}
+    for attachment in plan.of_type("tencentcloud:Cbs/storageAttachment:StorageAttachment"):
+        assert attachment.id == attachment.inputs["storageId"]
     for type_, keys in joined.items():
         found = plan.of_type(type_)
         assert found, type_

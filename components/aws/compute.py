@@ -211,12 +211,16 @@ class Compute(pulumi.ComponentResource):
             opts=pulumi.InvokeOptions(parent=self)).root_device_name
 
         # The shape must be sold in this account's zone: checked at preview, before anything is created.
-        offered = aws.ec2.get_instance_type_offerings_output(
-            location_type="availability-zone",
-            filters=[aws.ec2.GetInstanceTypeOfferingsFilterArgs(name="instance-type", values=[args.shape.type]),
-                     aws.ec2.GetInstanceTypeOfferingsFilterArgs(name="location", values=[args.zone])],
-            opts=pulumi.InvokeOptions(parent=self)).instance_types.apply(
-                lambda found: offered_in_zone(args.shape.type, args.zone, found or []))
+        # Reserved capacity answers that itself (the reservation or block lookups above check its type and
+        # zone), and a shape sold only as Capacity Blocks need not be listed as offered on demand.
+        offered: pulumi.Input[str] = args.shape.type
+        if capacity not in ("odcr", "capacity_block"):
+            offered = aws.ec2.get_instance_type_offerings_output(
+                location_type="availability-zone",
+                filters=[aws.ec2.GetInstanceTypeOfferingsFilterArgs(name="instance-type", values=[args.shape.type]),
+                         aws.ec2.GetInstanceTypeOfferingsFilterArgs(name="location", values=[args.zone])],
+                opts=pulumi.InvokeOptions(parent=self)).instance_types.apply(
+                    lambda found: offered_in_zone(args.shape.type, args.zone, found or []))
 
         lt_name = f"{name}-launch-template"
         template = aws.ec2.LaunchTemplate(

@@ -51,6 +51,8 @@ IDS_FROM_INPUTS: dict[str, Callable[[dict, str], Optional[str]]] = {
         f"{inputs.get('namespace') or 'default'}+{inputs['name']}" if inputs.get("name") else None),
     # d.SetId(roleId + "#" + strconv.Itoa(policyId)) (resource_tc_cam_role_policy_attachment.go Create)
     "tencentcloud:Cam/rolePolicyAttachment:RolePolicyAttachment": lambda inputs, _: _joined(inputs, "roleId", "policyId"),
+    # the disk's id (resource_tc_cbs_storage_attachment.go Create: d.SetId(storageId))
+    "tencentcloud:Cbs/storageAttachment:StorageAttachment": lambda inputs, _: inputs.get("storageId"),
     # storageId#policyId (resource_tc_cbs_snapshot_policy_attachment.go Create)
     "tencentcloud:Cbs/snapshotPolicyAttachment:SnapshotPolicyAttachment": lambda inputs, _: _joined(
         inputs, "storageId", "snapshotPolicyId"),
@@ -83,7 +85,6 @@ ID_PREFIXES: dict[str, str] = {
     "tencentcloud:Cvm/hpcCluster:HpcCluster": "hpc-",
     "tencentcloud:Instance/instance:Instance": "ins-",
     "tencentcloud:Cbs/storage:Storage": "disk-",
-    "tencentcloud:Cbs/storageAttachment:StorageAttachment": "disk-",
     "tencentcloud:Cbs/snapshotPolicy:SnapshotPolicy": "asp-",
     "tencentcloud:Ccn/instance:Instance": "ccn-",
     "tencentcloud:Cfs/accessGroup:AccessGroup": "pgroup-",

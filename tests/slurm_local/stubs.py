@@ -110,6 +110,8 @@ VIRTUAL_CLOCK = r'''# Sourced by every bash the tests start (BASH_ENV): `sleep N
 # `deadline=$((SECONDS + WAIT))` loops, so they run exactly as on a node, in no time. SECONDS is unset
 # first, which takes away its special meaning for good (bash(1), SECONDS): real time that passes while a
 # loaded machine runs the stubs never moves the clock, so a wait takes the same number of polls every run.
+# A sleep in a subshell (a pipeline, $(...)) moves only the subshell's clock: deadline loops must sleep
+# in the shell that reads SECONDS, as every generated script does.
 unset SECONDS
 SECONDS=0
 sleep() {
