@@ -6,7 +6,7 @@ import re
 import pytest
 
 from components.tencentcloud.addressing import node_subnet, turbo_cidr
-from conftest import inputs_of
+from conftest import inputs_of, stack_with
 from gpu_cluster.stackfile import SAMPLE_STACKS
 
 VPC = "tencentcloud:Vpc/instance:Instance"
@@ -67,12 +67,16 @@ def test_egress_leaves_through_a_standard_nat_gateway_with_enough_eips(sample_pl
     assert plan.one(SUBNET).inputs["routeTableId"] == plan.one("tencentcloud:Route/table:Table").id
 
 
-def test_vpc_flow_logs_go_to_a_cls_topic(sample_plan):
+def test_the_nat_gateways_flows_go_to_a_cls_topic(sample_plan):
+    """CreateFlowLog takes VPC and SUBNET only from allowlisted accounts (the API's ResourceType doc at
+    v1.82.42): the flow log is the NAT gateway's, which needs no ticket."""
     plan = sample_plan("tencent-mid")
-    log = plan.one("tencentcloud:Vpc/flowLog:FlowLog").inputs
-    assert log["resourceType"] == "VPC" and log["resourceId"] == plan.one(VPC).id
-    assert log["storageType"] == "cls" and log["cloudLogId"] == plan.one("tencentcloud:Cls/topic:Topic").id
-    assert log["trafficType"] == "ALL"
+    log = plan.one("tencentcloud:Vpc/flowLog:FlowLog")
+    i = log.inputs
+    assert i["resourceType"] == "NAT" and i["resourceId"] == plan.one("tencentcloud:Nat/gateway:Gateway").id
+    assert i["vpcId"] == plan.one(VPC).id and log.name == "tc-mid-nat-flow-log"
+    assert i["storageType"] == "cls" and i["cloudLogId"] == plan.one("tencentcloud:Cls/topic:Topic").id
+    assert i["trafficType"] == "ALL"
 
 
 def test_mock_ids_take_the_forms_the_provider_gives_them(sample_plan):
@@ -105,8 +109,8 @@ def test_existing_subnet_is_used_and_nothing_networky_is_created(render_cluster)
     for node in inputs_of(plan, INSTANCE):  # the GPU node and the Slurm head node
         assert node["subnetId"] == "subnet-abcd1234"
         assert node["vpcId"].startswith("vpc-")
-    log = plan.one("tencentcloud:Vpc/flowLog:FlowLog").inputs
-    assert log["resourceType"] == "SUBNET" and log["resourceId"] == "subnet-abcd1234"
+    # No NAT gateway of ours, and a subnet flow log needs Tencent's allowlist: none, and the plan says so.
+    assert plan.of_type("tencentcloud:Vpc/flowLog:FlowLog") == [] and plan.of_type("tencentcloud:Cls/topic:Topic") == []
 
 
 def test_every_network_resource_is_tagged(sample_plan):
@@ -147,13 +151,10 @@ def test_the_tencent_head_node_waits_for_the_network_too(slurm_plan):
     assert plan.one("tencentcloud:Security/groupRuleSet:GroupRuleSet").urn in head.dependencies
 
 
-def test_the_notes_say_when_the_flow_log_cannot_see_the_nodes():
-    """VPC flow logs record only the families the provider doc lists: HCCPNV6 (tc-large) is not one."""
-    from components.tencentcloud.notes import FLOW_LOG_FAMILIES
+def test_the_notes_say_what_the_flow_log_records():
     from gpu_cluster.render import read_stack_file, stack_path, validate
 
-    large = validate(read_stack_file(stack_path("tencent-large")))
-    assert large.shape.family not in FLOW_LOG_FAMILIES
-    assert any(n.startswith("flow logs:") and large.shape.type in n for n in large.notes)
-    entry = validate(read_stack_file(stack_path("tencent-entry")))
-    assert entry.shape.family in FLOW_LOG_FAMILIES and not any(n.startswith("flow logs:") for n in entry.notes)
+    mid = validate(read_stack_file(stack_path("tencent-mid")))
+    assert any(n.startswith("flow logs: the NAT gateway's") and "allowlisted" in n for n in mid.notes)
+    shared = validate(stack_with("tencent-entry", {"network": {"existing_subnet_id": "subnet-abcd1234"}}))
+    assert any(n.startswith("flow logs: none in network.existing_subnet_id=subnet-abcd1234") for n in shared.notes)

@@ -15,17 +15,16 @@ if TYPE_CHECKING:
     from components.spec import ClusterSpec
 
 
-# The instance families whose traffic VPC flow logs collect (provider doc vpc_flow_log v1.82.42, NOTE).
-FLOW_LOG_FAMILIES = frozenset(
-    "M6ce M6p SA3se S4m DA3 ITA3 I6t I6 S5se SA2 SK1 S4 S5 SN3ne S3ne S2ne SA2a SW3a SW3b SW3ne IT5c IT5 IT3 I3 D3 "
-    "DA2 D2 M6 MA2 M4 C6 IT3a IT3b IT3c C4ne CN3ne C3ne GI1 PNV4 GNV4v GNV4 GT4 GI3X GN7 GN7vw".split())
-
-
 def notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
     out = []
-    if shape.family not in FLOW_LOG_FAMILIES:
-        out.append(f"flow logs: the flow log collects nothing from {shape.type}'s nodes: {shape.family} is not "
-                   f"among the families it records (provider doc vpc_flow_log v1.82.42)")
+    if spec.network.existing_subnet_id is None:
+        out.append("flow logs: the NAT gateway's, i.e. every flow between the cluster and the internet; flows inside "
+                   "the VPC are not logged, since CreateFlowLog takes VPC and SUBNET only from accounts Tencent has "
+                   "allowlisted by ticket (CreateFlowLog ResourceType, VPC API 2017-03-12)")
+    else:
+        out.append(f"flow logs: none in network.existing_subnet_id={spec.network.existing_subnet_id}: the cluster has "
+                   f"no NAT gateway of its own there, and a subnet flow log needs Tencent's allowlist (a ticket; "
+                   f"CreateFlowLog ResourceType, VPC API 2017-03-12)")
     if spec.tier == "large" and shape.gpu not in H100_COMPUTE:
         out.append(
             f"tier large on tencentcloud: {shape.type} has {shape.gpu_label} — the HCC RDMA shape Tencent documents "
