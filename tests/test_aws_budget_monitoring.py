@@ -101,3 +101,17 @@ def test_stack_outputs(sample_plan):
     assert out["connect"] == f"aws ssm start-session --target {out['node_ids'][0]} --region us-east-1"
     assert out["fsx_dns_name"].endswith(".fsx.us-east-1.amazonaws.com") and out["fsx_mount_name"]
     assert out["checkpoint_bucket"] == plan.one("aws:s3/bucket:Bucket").outputs["bucket"]
+
+
+def test_nothing_sends_to_the_alert_topic_before_its_policy_lets_it(sample_plan):
+    """Budgets and CloudWatch may publish only under the topic's policy: the budget, the budget actions
+    and every alarm that notifies the topic are created after it."""
+    plan = sample_plan("aws-scheduled")
+    [policy] = plan.of_type("aws:sns/topicPolicy:TopicPolicy")
+    topic = plan.one("aws:sns/topic:Topic")
+    senders = [r for r in plan.custom() if topic.outputs["arn"] in str(r.inputs) and r.type != policy.type
+               and r.type != "aws:sns/topicSubscription:TopicSubscription"]
+    assert {r.type for r in senders} >= {"aws:budgets/budget:Budget", "aws:budgets/budgetAction:BudgetAction",
+                                         "aws:cloudwatch/metricAlarm:MetricAlarm"}
+    for r in senders:
+        assert policy.urn in r.dependencies, r.name

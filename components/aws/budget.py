@@ -44,6 +44,7 @@ class Budget(pulumi.ComponentResource):
 
     budget_name: pulumi.Output[str]
     topic_arn: pulumi.Output[str]
+    """The alert topic, known only once its access policy exists (publishers depend on both)."""
 
     def __init__(self, name: str, args: BudgetArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("gpu-cluster:aws:Budget", name, None, opts)
@@ -53,7 +54,7 @@ class Budget(pulumi.ComponentResource):
         # No KMS on the topic: AWS Budgets cannot publish to a topic encrypted with the AWS-managed key.
         topic = aws.sns.Topic(topic_name, display_name=f"{name} budget and GPU alerts",
                               tags=tagged(args.tags, topic_name), opts=child)
-        aws.sns.TopicPolicy(
+        access = aws.sns.TopicPolicy(
             f"{name}-alerts-policy", arn=topic.arn,
             policy=policy_output([
                 {
@@ -83,6 +84,10 @@ class Budget(pulumi.ComponentResource):
                 },
             ]),
             opts=child)
+        # The topic as its publishers must name it: only once its policy lets Budgets and CloudWatch
+        # publish (the ARN carries the policy as a dependency, so nothing that sends to it is created
+        # before AWS would let it).
+        topic_arn = pulumi.Output.all(topic.arn, access.id).apply(lambda values: values[0])
         for i, email in enumerate(args.emails):
             # Each address must confirm the subscription e-mail before it receives alerts.
             aws.sns.TopicSubscription(f"{name}-alerts-email-{i}", topic=topic.arn, protocol="email",
@@ -92,7 +97,7 @@ class Budget(pulumi.ComponentResource):
         # cluster stack (components/aws/notes.py says how): the provider's CostAllocationTag fails until
         # billing has seen the key, and its delete deactivates the key for every cluster of the account
         # (terraform-provider-aws internal/service/ce/cost_allocation_tag.go).
-        notify = dict(subscriber_email_addresses=list(args.emails), subscriber_sns_topic_arns=[topic.arn])
+        notify = dict(subscriber_email_addresses=list(args.emails), subscriber_sns_topic_arns=[topic_arn])
         notifications = [
             aws.budgets.BudgetNotificationArgs(
                 notification_type="ACTUAL", threshold_type="PERCENTAGE", comparison_operator="GREATER_THAN",
@@ -118,5 +123,5 @@ class Budget(pulumi.ComponentResource):
             opts=child,
         )
         self.budget_name = budget.name
-        self.topic_arn = topic.arn
+        self.topic_arn = topic_arn
         self.register_outputs({"budget_name": self.budget_name, "topic_arn": self.topic_arn})
