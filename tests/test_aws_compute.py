@@ -169,19 +169,21 @@ def test_the_shape_is_checked_as_offered_in_this_accounts_zone_before_anything_i
     DescribeInstanceTypeOfferings for the shape in the zone, and stops in one sentence when it is not."""
     import pulumi
 
-    from components.aws.compute import offered_in_zone
+    from components.aws.common import offered_in_zone
     from conftest import rendered, stack_with
 
+    token = "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings"
     result = rendered(stack_with("aws-large"))
-    [args] = [a for token, a in result.invokes if token == "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings"]
-    assert args["locationType"] == "availability-zone"
-    assert {f["name"]: f["values"] for f in args["filters"]} == {"instance-type": ["p5.48xlarge"], "location": ["us-east-1a"]}
+    asked = {tuple(f["values"][0] for f in a["filters"]) for t, a in result.invokes if t == token}
+    assert all(a["locationType"] == "availability-zone" for t, a in result.invokes if t == token)
+    # The GPU shape and the Slurm head node's type, each in the cluster's zone.
+    assert asked == {("p5.48xlarge", "us-east-1a"), ("m7i.large", "us-east-1a")}
     [template] = [r for r in result.registrations if r.type == LT]
     assert template.inputs["instanceType"] == "p5.48xlarge"
     assert offered_in_zone("p5.48xlarge", "us-east-1a", ["p5.48xlarge"]) == "p5.48xlarge"
     # Reserved capacity answers for its own zone: no offering lookup there.
     reserved = rendered(stack_with("aws-reserved"))
-    assert not [t for t, _ in reserved.invokes if t == "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings"]
+    assert {a["filters"][0]["values"][0] for t, a in reserved.invokes if t == token} <= {"m7i.large"}
     with pytest.raises(pulumi.RunError, match=r"cluster.instance_type=p5.48xlarge is not offered in "
                                               r"cluster.zone=us-east-1a for this account"):
         offered_in_zone("p5.48xlarge", "us-east-1a", [])
@@ -196,7 +198,14 @@ def test_a_shape_the_zone_does_not_offer_fails_the_render_in_one_sentence(monkey
     from gpu_cluster.render import render
 
     token = "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings"
-    monkeypatch.setitem(mocks.LOOKUPS, token, lambda args: {"id": "us-east-1", "instanceTypes": [], "locations": [],
-                                                            "locationTypes": []})
+    def offering_all_but(missing):
+        return lambda args: {"id": "us-east-1", "instanceTypes": [
+            v for f in args["filters"] if f["name"] == "instance-type" for v in f["values"] if v != missing]}
+
+    monkeypatch.setitem(mocks.LOOKUPS, token, offering_all_but("p5.48xlarge"))
     with pytest.raises(pulumi.RunError, match=r"p5.48xlarge is not offered in cluster.zone=us-east-1a"):
+        render(stack_with("aws-large"))
+    # Only the head node's type missing: the same stop, naming the head node and the way out.
+    monkeypatch.setitem(mocks.LOOKUPS, token, offering_all_but("m7i.large"))
+    with pytest.raises(pulumi.RunError, match=r"the Slurm head node's type m7i.large is not offered .* scheduler: none"):
         render(stack_with("aws-large"))

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional, Sequence
 
 import pulumi
+import pulumi_aws as aws
 
 
 def tagged(tags: Mapping[str, str], name: str, **extra: pulumi.Input[str]) -> dict[str, pulumi.Input[str]]:
@@ -35,3 +36,30 @@ def policy_output(statements: Any) -> pulumi.Output[str]:
 def aws_managed_policy(partition: pulumi.Input[str], path: str) -> pulumi.Output[str]:
     """ARN of an AWS-managed IAM policy, e.g. path "service-role/AWSDataLifecycleManagerServiceRole"."""
     return pulumi.Output.concat("arn:", partition, ":iam::aws:policy/", path)
+
+
+def offered_in_zone(instance_type: str, zone: str, offered: Sequence[str], what: Optional[str] = None,
+                    remedy: str = "") -> str:
+    """`instance_type`, once EC2 says it is offered in the cluster's zone. Zone names are per account
+    ("us-east-1a" maps to a different zone in each account: EC2 user guide, "AZ IDs"), so a shape one
+    account has in a zone another may not: RunInstances would fail after the network and the file
+    system exist."""
+    if instance_type not in offered:
+        raise pulumi.RunError(f"{what or 'cluster.instance_type=' + instance_type} is not offered in cluster.zone={zone} "
+                              f"for this account (DescribeInstanceTypeOfferings; zone names map to different zones "
+                              f"in each account); choose a zone where it is: aws ec2 describe-instance-type-offerings "
+                              f"--location-type availability-zone --filters Name=instance-type,Values={instance_type}"
+                              + remedy)
+    return instance_type
+
+
+def zone_offered(instance_type: str, zone: str, parent: pulumi.Resource, what: Optional[str] = None,
+                 remedy: str = "") -> pulumi.Output[str]:
+    """`instance_type` as an Output that resolves only once DescribeInstanceTypeOfferings lists it in
+    `zone`: an instance or template that takes it stops `pulumi preview` otherwise."""
+    return aws.ec2.get_instance_type_offerings_output(
+        location_type="availability-zone",
+        filters=[aws.ec2.GetInstanceTypeOfferingsFilterArgs(name="instance-type", values=[instance_type]),
+                 aws.ec2.GetInstanceTypeOfferingsFilterArgs(name="location", values=[zone])],
+        opts=pulumi.InvokeOptions(parent=parent)).instance_types.apply(
+            lambda found: offered_in_zone(instance_type, zone, found or [], what, remedy))

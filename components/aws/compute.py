@@ -21,7 +21,7 @@ from typing import Literal, Mapping, Optional, Sequence
 import pulumi
 import pulumi_aws as aws
 
-from components.aws.common import assume_role_policy, aws_managed_policy, policy_output, tagged
+from components.aws.common import assume_role_policy, aws_managed_policy, policy_output, tagged, zone_offered
 from components.catalog import Shape
 from components.aws.boot import DATA_VOLUME_TAG, boot_config
 from components.aws.head import munge_policy
@@ -105,19 +105,6 @@ def offering_in_zone(offering_id: str, offering_zone: str, zone: str) -> str:
         raise pulumi.RunError(f"the Capacity Block offered for these dates is in {offering_zone}, not the cluster's zone "
                               f"{zone}; set cluster.zone: {offering_zone} or choose another capacity.start_date")
     return offering_id
-
-
-def offered_in_zone(instance_type: str, zone: str, offered: Sequence[str]) -> str:
-    """`instance_type`, once EC2 says it is offered in the cluster's zone. Zone names are per account
-    ("us-east-1a" maps to a different zone in each account: EC2 user guide, "AZ IDs"), so a GPU shape
-    one account has in a zone another may not: RunInstances would fail after the network and the
-    file system exist."""
-    if instance_type not in offered:
-        raise pulumi.RunError(f"cluster.instance_type={instance_type} is not offered in cluster.zone={zone} for this "
-                              f"account (DescribeInstanceTypeOfferings; zone names map to different zones in each "
-                              f"account); choose a zone where it is: aws ec2 describe-instance-type-offerings "
-                              f"--location-type availability-zone --filters Name=instance-type,Values={instance_type}")
-    return instance_type
 
 
 def market(purchase: str, index: int) -> Market:
@@ -215,12 +202,7 @@ class Compute(pulumi.ComponentResource):
         # zone), and a shape sold only as Capacity Blocks need not be listed as offered on demand.
         offered: pulumi.Input[str] = args.shape.type
         if capacity not in ("odcr", "capacity_block"):
-            offered = aws.ec2.get_instance_type_offerings_output(
-                location_type="availability-zone",
-                filters=[aws.ec2.GetInstanceTypeOfferingsFilterArgs(name="instance-type", values=[args.shape.type]),
-                         aws.ec2.GetInstanceTypeOfferingsFilterArgs(name="location", values=[args.zone])],
-                opts=pulumi.InvokeOptions(parent=self)).instance_types.apply(
-                    lambda found: offered_in_zone(args.shape.type, args.zone, found or []))
+            offered = zone_offered(args.shape.type, args.zone, self)
 
         lt_name = f"{name}-launch-template"
         template = aws.ec2.LaunchTemplate(

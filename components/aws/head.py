@@ -27,7 +27,7 @@ import pulumi_aws as aws
 
 from components.aws.boot import (APT_LOCK_WAIT_S, DATA_SERIAL_FROM_IMDS, DATA_VOLUME_TAG, EBS_MODEL,
                                  lustre_mount)
-from components.aws.common import assume_role_policy, aws_managed_policy, policy_output, tagged
+from components.aws.common import assume_role_policy, aws_managed_policy, policy_output, tagged, zone_offered
 from components.cloudinit import DataDisk, encode, render, size_problem
 from components.headnode import HEAD_INSTANCE_TYPES, HEAD_ROLE, ROLE_TAG
 from components.slurm import SlurmCluster, head_boot_config
@@ -108,7 +108,9 @@ class Head(pulumi.ComponentResource):
         instance = aws.ec2.Instance(
             f"{name}-instance",
             ami=image,
-            instance_type=HEAD_INSTANCE_TYPE,
+            instance_type=zone_offered(HEAD_INSTANCE_TYPE, args.zone, self,
+                                       what=f"the Slurm head node's type {HEAD_INSTANCE_TYPE}",
+                                       remedy=", or set scheduler: none"),
             availability_zone=args.zone,
             subnet_id=args.subnet_id,
             vpc_security_group_ids=[args.security_group_id],
