@@ -495,3 +495,18 @@ def test_the_aws_cli_is_installed_only_once_snapd_has_seeded(tmp_path, seeded):
         assert calls == ["snap wait system seed.loaded", "snap install aws-cli --classic"]
     else:
         assert r.returncode != 0 and calls == ["snap wait system seed.loaded"]
+
+
+@pytest.mark.parametrize("stack", ["aws-large", "tencent-large"])
+def test_the_head_node_waits_for_data_longer_than_the_disk_unit_does(stack):
+    """slurmctld's state is on /data: if head-setup gave up before the data-disk unit did (it waits for
+    the attachment, made only once the instance runs), slurmctld would stay down until restarted."""
+    c = sample(stack)
+    doc = yaml.safe_load(render(head_boot_config(c, lustre=LustreMount(source="fs@tcp:/m", client_script="#!/bin/bash\n")
+                                                 if c.lustre else None, data_disk=DISK)))
+    files = {f["path"]: f["content"] for f in doc["write_files"]}
+    setup = files[f"{c.paths.bin}/head-setup"]
+    data = next(v for k, v in files.items() if k.endswith("gpu-cluster-data"))
+    head_wait = int(re.search(r"^MOUNT_WAIT_S='?(\d+)'?$", setup, re.M).group(1))
+    disk_wait = int(re.search(r"^WAIT='?(\d+)'?$", data, re.M).group(1))
+    assert head_wait > disk_wait, (head_wait, disk_wait)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from components.cloudinit import REBOOT_PENDING
+from components.cloudinit import DATA_WAIT_SECONDS, REBOOT_PENDING
 from components.slurm import shell
 from components.slurm.clouds import ops
 from components.slurm.conf import SLURMCTLD_PORT, SlurmCluster
@@ -36,7 +36,9 @@ from components.slurm.fabric import fabric, fio_settings, gpu_mem_min_fraction
 HEALTH_REASON_PREFIX = "gpu-cluster-health:"
 SPOT_REASON_PREFIX = "spot-interruption:"
 MUNGE_WAIT_S = 1800
-MOUNT_WAIT_S = 600
+MOUNT_WAIT_S = DATA_WAIT_SECONDS + 60
+"""How long the boot scripts wait for a mount: longer than the data-disk unit itself waits for its
+disk to be attached (cloudinit.DATA_WAIT_SECONDS), so /data is never given up on first."""
 POLL_S = 5
 """How often the boot scripts look again while they wait (mounts, the fabric manager)."""
 FABRIC_MANAGER_WAIT_S = 180
