@@ -100,3 +100,26 @@ def test_exports():
     assert out["cfs_mount_target"].endswith("/cfs") and "@tcp0:/" in out["cfs_mount_target"]
     assert out["checkpoint_bucket"] == "tc-large-checkpoints-1250000000"
     assert "TAT" in out["connect"] and out["node_ids"][0] in out["connect"]
+
+
+def test_a_period_the_alarm_api_does_not_allow_stops_the_deployment():
+    """get_alarm_metric says which periods and how many of them a metric's alarm may take; a rule outside
+    them would fail CreateAlarmPolicy, so it stops at the lookup, in one sentence."""
+    from types import SimpleNamespace
+
+    import pulumi
+    import pytest
+
+    from components.tencentcloud.monitoring import gpu_rules, offered
+
+    def metric(name, periods, continues):
+        return SimpleNamespace(metric_name=name, metric_configs=[SimpleNamespace(periods=periods, continue_periods=continues)])
+
+    rules = gpu_rules()
+    names = [r["metric_name"] for r in rules]
+    assert offered(rules, [metric(n, [60, 300, 3600], [1, 2, 5]) for n in names]) == rules
+    assert offered(rules, [metric(n, [], []) for n in names]) == rules  # nothing said: nothing held against them
+    with pytest.raises(pulumi.RunError, match=r"allows GpuUtil alarms a period of 60, 300 only .* not 3600"):
+        offered(rules, [metric(n, [60, 300], [1, 2, 5]) for n in names])
+    with pytest.raises(pulumi.RunError, match=r"allows GpuTemp alarms a continue_period of 1, 2, 3 only .* not 5"):
+        offered(rules, [metric(n, [60, 300, 3600], [1, 2, 3]) for n in names])

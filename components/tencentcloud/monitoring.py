@@ -27,12 +27,23 @@ _RENOTIFY_SECONDS = _HOUR
 
 
 def offered(rules: list[dict], metrics: list) -> list[dict]:
-    """`rules`, once every metric they watch is one the alarm API offers for `cvm_device`."""
-    names = {m.metric_name for m in metrics or []}
-    missing = sorted({r["metric_name"] for r in rules} - names)
+    """`rules`, once every metric they watch is one the alarm API offers for `cvm_device`, with a period
+    and a number of periods it allows (monitor.get_alarm_metric: metric_config period, continue_period,
+    "The data period allowed for configuration", data_source_tc_monitor_alarm_metric.go v1.82.42). A
+    set the API leaves empty is not held against a rule."""
+    by_name = {m.metric_name: m for m in metrics or []}
+    missing = sorted({r["metric_name"] for r in rules} - set(by_name))
     if missing:
         raise pulumi.RunError(f"Cloud Monitor offers no alarm metric {', '.join(missing)} in namespace cvm_device "
                               f"(monitor.get_alarm_metric); the GPU alarms cannot be created as written")
+    for rule in rules:
+        configs = by_name[rule["metric_name"]].metric_configs or []
+        for key, allowed in (("period", {p for c in configs for p in c.periods or []}),
+                             ("continue_period", {p for c in configs for p in c.continue_periods or []})):
+            if allowed and rule[key] not in allowed:
+                raise pulumi.RunError(f"Cloud Monitor allows {rule['metric_name']} alarms a {key} of "
+                                      f"{', '.join(str(p) for p in sorted(allowed))} only (monitor.get_alarm_metric), "
+                                      f"not {rule[key]}; the GPU alarms cannot be created as written")
     return rules
 
 
