@@ -134,3 +134,18 @@ def test_stateful_urns_survive_purchase_and_tier_changes(sample_plan, render_clu
         return {r.urn for r in plan.resources if r.type in stateful_types and r.protect}
 
     assert stateful(render_cluster("tencent-large", changes)) == stateful(sample_plan("tencent-large"))
+
+
+def test_a_turbo_file_system_without_a_mount_point_stops_the_deployment(sample_plan):
+    """Read sets mount_ip and fs_id only from DescribeMountTargets' first result: with none, every node
+    would boot with a /lustre source that never mounts, so the deployment stops and says why."""
+    import pulumi
+
+    from components.tencentcloud.storage import turbo_source
+
+    fs = sample_plan("tencent-large").one(CFS)
+    assert turbo_source(fs.id, fs.outputs["mountIp"], fs.outputs["fsId"]) == (
+        f"{fs.outputs['mountIp']}@tcp0:/{fs.outputs['fsId']}/cfs")
+    for ip, fs_id in (("", "abcd1234"), ("10.51.0.12", ""), (None, None)):
+        with pytest.raises(pulumi.RunError, match=f"CFS Turbo {fs.id} has no mount point yet"):
+            turbo_source(fs.id, ip, fs_id)

@@ -85,6 +85,10 @@ def notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
         out.append(f"storage.lustre.capacity_gib={spec.storage.lustre.capacity_gib} sets the CFS Turbo size at creation "
                    f"only: the provider (v1.82.42) cannot change it. To grow the file system, scale it up in the CFS "
                    f"console or with the ScaleUpFileSystem API (up only), then set capacity_gib to the new size")
+        out.append("storage.lustre: the provider waits 3 × TENCENTCLOUD_READ_RETRY_TIMEOUT minutes (default 3) for "
+                   "CFS Turbo to finish creating (resource_tc_cfs_file_system.go Create, v1.82.42); how long a Turbo "
+                   "file system takes is unconfirmed, so set TENCENTCLOUD_READ_RETRY_TIMEOUT=10 before the first "
+                   "`pulumi up`, or run it again if it stops while the file system is still creating")
     return out + slurm_notes(spec) + cost_control_notes(spec, shape)
 
 

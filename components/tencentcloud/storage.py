@@ -56,6 +56,17 @@ class StorageArgs:
     """The Slurm head node's persistent state disk, GB (components/headnode.py HEAD_DATA_GB). 0: no head node."""
 
 
+def turbo_source(file_system_id: str, mount_ip: Optional[str], fs_id: Optional[str]) -> str:
+    """The Lustre mount source of a Turbo file system, or a stop when the provider read back no mount
+    point: its Read sets mount_ip and fs_id only from DescribeMountTargets' first result
+    (resource_tc_cfs_file_system.go Read, v1.82.42), and an empty one would boot every node with a
+    /lustre that can never mount."""
+    if not mount_ip or not fs_id:
+        raise pulumi.RunError(f"CFS Turbo {file_system_id} has no mount point yet (DescribeMountTargets returned "
+                              f"none); run `pulumi up` again once the file system is available")
+    return f"{mount_ip}@tcp0:/{fs_id}/cfs"
+
+
 TURBO_PERMISSION_GROUP = "pgroupbasic"
 """The permission group a Turbo file system takes: CFS's default one (see Storage._turbo)."""
 
@@ -149,4 +160,4 @@ class Storage(pulumi.ComponentResource):
         # Turbo is mounted with the Lustre client: `mount -t lustre <mount ip>@tcp0:/<fs id>/cfs /mnt`
         # (CFS Turbo "mounting on Linux" guide, cloud.tencent.com/document/product/582; the `/cfs`
         # sub-path is how Tencent's guide writes it — unconfirmed against a live file system).
-        self.mount_target = pulumi.Output.concat(fs.mount_ip, "@tcp0:/", fs.fs_id, "/cfs")
+        self.mount_target = pulumi.Output.all(fs.id, fs.mount_ip, fs.fs_id).apply(lambda v: turbo_source(*v))
