@@ -90,6 +90,14 @@ class Network(_Model):
         "leave it out.",
     )
 
+    flow_logs: Optional[StrictBool] = Field(
+        default=None,
+        description="Tencent Cloud: flow logs of the cluster's VPC (of the subnet, with existing_subnet_id) into a "
+        "CLS topic. Tencent takes VPC and subnet flow logs only from accounts it has allowlisted by ticket "
+        "(CreateFlowLog ResourceType), so the default is false: set true once yours is. AWS always logs the "
+        "VPC's flows: leave it out.",
+    )
+
     @field_validator("cidr", "ssh_cidrs", mode="before")
     @classmethod
     def _cidr_text(cls, v: Any) -> Any:
@@ -473,6 +481,9 @@ def _resolve(spec: ClusterSpec, regions: Mapping[str, Optional[str]]) -> Cluster
     if cloud == "aws" and egress is not None:
         problems.append(f"cluster.network.egress_mbps={egress}: AWS NAT gateways scale their bandwidth by themselves "
                         f"(up to 100 Gbps); allowed on aws: leave it out")
+    if cloud == "aws" and spec.network.flow_logs is not None:
+        problems.append(f"cluster.network.flow_logs={spec.network.flow_logs}: an AWS cluster always logs its VPC's "
+                        f"flows (CloudWatch Logs); allowed on aws: leave it out")
     if cloud == "tencentcloud" and spec.purchase != "on_demand" and spec.storage.scratch == "disk":
         problems.append(f"cluster.storage.scratch='disk' with purchase={spec.purchase} on tencentcloud: the provider "
                         f"deletes a data disk with its instance only for pay-as-you-go (POSTPAID_BY_HOUR) instances "
@@ -571,6 +582,8 @@ def _resolve(spec: ClusterSpec, regions: Mapping[str, Optional[str]]) -> Cluster
     network = spec.network
     if cloud == "tencentcloud" and network.egress_mbps is None:
         network = network.model_copy(update={"egress_mbps": catalog.limit("tencentcloud", "egress_mbps")["default"]})
+    if cloud == "tencentcloud" and network.flow_logs is None:
+        network = network.model_copy(update={"flow_logs": False})
     filled = spec.model_copy(update={
         "instance_type": shape.type,
         "network": network,

@@ -67,27 +67,32 @@ def test_egress_leaves_through_a_standard_nat_gateway_with_enough_eips(sample_pl
     assert plan.one(SUBNET).inputs["routeTableId"] == plan.one("tencentcloud:Route/table:Table").id
 
 
-def test_the_nat_gateways_flows_go_to_a_cls_topic(sample_plan):
+def test_flow_logs_only_when_the_account_can_have_them(sample_plan, render_cluster):
     """CreateFlowLog takes VPC and SUBNET only from allowlisted accounts (the API's ResourceType doc at
-    v1.82.42): the flow log is the NAT gateway's, which needs no ticket."""
+    v1.82.42), and NAT flow logs are in beta behind a ticket: none by default, the VPC's on request."""
     plan = sample_plan("tencent-mid")
-    log = plan.one("tencentcloud:Vpc/flowLog:FlowLog")
-    i = log.inputs
-    assert i["resourceType"] == "NAT" and i["resourceId"] == plan.one("tencentcloud:Nat/gateway:Gateway").id
-    assert i["vpcId"] == plan.one(VPC).id and log.name == "tc-mid-nat-flow-log"
-    assert i["storageType"] == "cls" and i["cloudLogId"] == plan.one("tencentcloud:Cls/topic:Topic").id
-    assert i["trafficType"] == "ALL"
+    assert plan.of_type("tencentcloud:Vpc/flowLog:FlowLog") == [] and plan.of_type("tencentcloud:Cls/topic:Topic") == []
+    plan = render_cluster("tencent-mid", {"network": {"flow_logs": True}})
+    log = plan.one("tencentcloud:Vpc/flowLog:FlowLog").inputs
+    assert log["resourceType"] == "VPC" and log["resourceId"] == plan.one(VPC).id
+    assert log["storageType"] == "cls" and log["cloudLogId"] == plan.one("tencentcloud:Cls/topic:Topic").id
+    assert log["trafficType"] == "ALL"
+    shared = render_cluster("tencent-entry", {"network": {"existing_subnet_id": "subnet-abcd1234", "flow_logs": True}})
+    log = shared.one("tencentcloud:Vpc/flowLog:FlowLog").inputs
+    assert log["resourceType"] == "SUBNET" and log["resourceId"] == "subnet-abcd1234"
 
 
-def test_mock_ids_take_the_forms_the_provider_gives_them(sample_plan):
+def test_mock_ids_take_the_forms_the_provider_gives_them(sample_plan, render_cluster):
     """What each Create sets as the id (v1.82.42): CLS ids are UUIDs, composite ids join their parts
     with "#", a route entry's is "<number>.<route table id>" — a program that reads one gets that."""
-    plan = sample_plan("tencent-large")
+    logged = render_cluster("tencent-mid", {"network": {"flow_logs": True}})
     uuid = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
-    logset, topic = plan.one("tencentcloud:Cls/logset:Logset"), plan.one("tencentcloud:Cls/topic:Topic")
+    logset, topic = logged.one("tencentcloud:Cls/logset:Logset"), logged.one("tencentcloud:Cls/topic:Topic")
     assert re.fullmatch(uuid, logset.id) and re.fullmatch(uuid, topic.id) and logset.id != topic.id
     assert topic.inputs["logsetId"] == logset.id
-    assert re.fullmatch(r"fl-[0-9a-z]{8}#" + re.escape(plan.one(VPC).id), plan.one("tencentcloud:Vpc/flowLog:FlowLog").id)
+    assert re.fullmatch(r"fl-[0-9a-z]{8}#" + re.escape(logged.one(VPC).id),
+                        logged.one("tencentcloud:Vpc/flowLog:FlowLog").id)
+    plan = sample_plan("tencent-large")
     entry = plan.one("tencentcloud:Route/tableEntry:TableEntry")
     assert re.fullmatch(r"[0-9]+\." + re.escape(entry.inputs["routeTableId"]), entry.id)
     joined = {"tencentcloud:Cbs/snapshotPolicyAttachment:SnapshotPolicyAttachment": ("storageId", "snapshotPolicyId"),
@@ -102,6 +107,7 @@ def test_mock_ids_take_the_forms_the_provider_gives_them(sample_plan):
         assert all(r.id == "#".join(r.inputs[k] for k in keys) for r in found), type_
 
 
+
 def test_existing_subnet_is_used_and_nothing_networky_is_created(render_cluster):
     plan = render_cluster("tencent-entry", {"network": {"existing_subnet_id": "subnet-abcd1234"}})
     for type_ in (VPC, SUBNET, "tencentcloud:Nat/gateway:Gateway", "tencentcloud:Eip/instance:Instance"):
@@ -109,8 +115,6 @@ def test_existing_subnet_is_used_and_nothing_networky_is_created(render_cluster)
     for node in inputs_of(plan, INSTANCE):  # the GPU node and the Slurm head node
         assert node["subnetId"] == "subnet-abcd1234"
         assert node["vpcId"].startswith("vpc-")
-    # No NAT gateway of ours, and a subnet flow log needs Tencent's allowlist: none, and the plan says so.
-    assert plan.of_type("tencentcloud:Vpc/flowLog:FlowLog") == [] and plan.of_type("tencentcloud:Cls/topic:Topic") == []
 
 
 def test_every_network_resource_is_tagged(sample_plan):
@@ -151,10 +155,14 @@ def test_the_tencent_head_node_waits_for_the_network_too(slurm_plan):
     assert plan.one("tencentcloud:Security/groupRuleSet:GroupRuleSet").urn in head.dependencies
 
 
-def test_the_notes_say_what_the_flow_log_records():
+def test_the_notes_say_whether_there_are_flow_logs_and_what_they_need():
+    from components.spec import SpecError
     from gpu_cluster.render import read_stack_file, stack_path, validate
 
     mid = validate(read_stack_file(stack_path("tencent-mid")))
-    assert any(n.startswith("flow logs: the NAT gateway's") and "allowlisted" in n for n in mid.notes)
-    shared = validate(stack_with("tencent-entry", {"network": {"existing_subnet_id": "subnet-abcd1234"}}))
-    assert any(n.startswith("flow logs: none in network.existing_subnet_id=subnet-abcd1234") for n in shared.notes)
+    assert mid.spec.network.flow_logs is False
+    assert any(n.startswith("network.flow_logs=false: no flow logs") and "allowlisted" in n for n in mid.notes)
+    on = validate(stack_with("tencent-entry", {"network": {"existing_subnet_id": "subnet-abcd1234", "flow_logs": True}}))
+    assert any(n.startswith("network.flow_logs=true: the subnet's flows") for n in on.notes)
+    with pytest.raises(SpecError, match=r"cluster.network.flow_logs=False: an AWS cluster always logs"):
+        validate(stack_with("aws-entry", {"network": {"flow_logs": False}}))

@@ -31,7 +31,8 @@ SPOT_WATCH_UNIT = "gpu-cluster-spot-watch.service"
 RECHECK_SERVICE = "gpu-cluster-health-recheck.service"
 RECHECK_TIMER = "gpu-cluster-health-recheck.timer"
 RECHECK_FIRST_MIN = 30
-"""After boot: later than node-setup's own check can take (mounts wait up to 10 min, then fio)."""
+"""After boot: later than node-setup's own check usually takes (a mount that is late waits up to
+scripts.MOUNT_WAIT_S, 16 min, and a later one is then normally there; then fio)."""
 RECHECK_EVERY_MIN = 15
 SYSTEMD = "/etc/systemd/system"
 

@@ -64,7 +64,8 @@ class ClusterComponent(pulumi.ComponentResource):
         network = Network(f"{name}-network", NetworkArgs(
             cluster_name=name, zone=spec.zone, cidr=spec.network.cidr, tags=tags,
             ssh_cidrs=spec.network.ssh_cidrs, existing_subnet_id=spec.network.existing_subnet_id,
-            egress_mbps=spec.network.egress_mbps, lustre_cidr=lustre_cidr), opts=child)
+            egress_mbps=spec.network.egress_mbps, lustre_cidr=lustre_cidr,
+            flow_logs=bool(spec.network.flow_logs)), opts=child)
 
         storage = Storage(f"{name}-storage", StorageArgs(
             cluster_name=name, region=cluster.region, zone=spec.zone, vpc_id=network.vpc_id,

@@ -53,8 +53,10 @@ class NetworkArgs:
     """Internet egress of the NAT gateway, Mbps (1-1000: up to ten 100 Mbps EIPs); the spec's default."""
     lustre_cidr: Optional[ipaddress.IPv4Network] = None
     """CFS Turbo's CCN range, allowed to reach the nodes' Lustre port. Default: no file system."""
+    flow_logs: bool = False
+    """Flow logs of the VPC (of the subnet, in a shared one): only for accounts Tencent has allowlisted."""
     flow_log_days: int = field(default=_FLOW_LOG_DAYS)
-    """Days the CLS topic keeps VPC flow logs."""
+    """Days the CLS topic keeps the flow logs."""
 
 
 class Network(pulumi.ComponentResource):
@@ -82,7 +84,7 @@ class Network(pulumi.ComponentResource):
             self.vpc_id = subnet.vpc_id
             self.subnet_id = pulumi.Output.from_input(args.existing_subnet_id)
             self.subnet_cidr = subnet.cidr_block
-            nat_id = None
+            flow_log_target = ("SUBNET", self.subnet_id)
             self.ready = []
         else:
             vpc = tencentcloud.vpc.Instance(f"{prefix}-vpc", name=prefix, cidr_block=str(args.cidr),
@@ -111,7 +113,7 @@ class Network(pulumi.ComponentResource):
                                                   route_table_id=routes.id, tags=tags, opts=child)
             self.vpc_id, self.subnet_id = vpc.id, subnet.id
             self.subnet_cidr = pulumi.Output.from_input(str(subnet_cidr))
-            nat_id = nat.id
+            flow_log_target = ("VPC", vpc.id)
 
         group = tencentcloud.security.Group(f"{prefix}-sg", name=prefix, tags=tags,
                                             description=f"gpu-cluster {prefix}: members talk freely; nothing else in",
@@ -131,20 +133,20 @@ class Network(pulumi.ComponentResource):
             opts=child))
         self.security_group_id = group.id
 
-        # Flow logs of the NAT gateway, every flow between the cluster and the internet, into a CLS topic.
-        # CreateFlowLog takes VPC, SUBNET, CCN and DCG only from accounts Tencent has allowlisted by
-        # ticket ("当选择VPC，SUBNET，CCN，DCG时，请通过工单加入白名单": vendored tencentcloud-sdk-go
-        # vpc/v20170312 CreateFlowLogRequestParams.ResourceType, provider v1.82.42), so a VPC flow log
-        # would fail most accounts' first `pulumi up`; NAT needs no ticket. In a subnet the cluster did
-        # not make there is no NAT gateway of ours: no flow log (the plan says so).
-        if nat_id is not None:
+        # Flow logs into a CLS topic, only when the account can have them: CreateFlowLog takes VPC and SUBNET
+        # (and CCN, DCG) only from accounts Tencent has allowlisted by ticket ("当选择VPC，SUBNET，CCN，DCG时，
+        # 请通过工单加入白名单": vendored tencentcloud-sdk-go vpc/v20170312 CreateFlowLogRequestParams,
+        # provider v1.82.42), and its Flow Logs pages say NAT gateway flow logs are in beta behind a ticket
+        # too (cloud.tencent.com/document/product/682/19260). Created by default it would fail most
+        # accounts' first `pulumi up` (the plan says so; network.flow_logs turns it on).
+        if args.flow_logs:
             logset = tencentcloud.cls.Logset(f"{prefix}-logs", logset_name=prefix, tags=tags, opts=child)
             topic = tencentcloud.cls.Topic(f"{prefix}-flow-logs", logset_id=logset.id,
                                            topic_name=f"{prefix}-flow-logs", period=args.flow_log_days, tags=tags,
                                            opts=child)
-            # A new name, not the old VPC flow log's: the provider cannot change resource_type in place.
-            tencentcloud.vpc.FlowLog(f"{prefix}-nat-flow-log", flow_log_name=prefix, resource_type="NAT",
-                                     resource_id=nat_id, vpc_id=self.vpc_id, traffic_type="ALL",
+            resource_type, resource_id = flow_log_target
+            tencentcloud.vpc.FlowLog(f"{prefix}-flow-log", flow_log_name=prefix, resource_type=resource_type,
+                                     resource_id=resource_id, vpc_id=self.vpc_id, traffic_type="ALL",
                                      storage_type="cls", cloud_log_id=topic.id, tags=tags, opts=child)
 
         self.register_outputs({"vpc_id": self.vpc_id, "subnet_id": self.subnet_id, "subnet_cidr": self.subnet_cidr,

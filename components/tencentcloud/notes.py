@@ -17,20 +17,21 @@ if TYPE_CHECKING:
 
 def notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
     out = []
-    if spec.network.existing_subnet_id is None:
-        out.append("flow logs: the NAT gateway's, i.e. every flow between the cluster and the internet; flows inside "
-                   "the VPC are not logged, since CreateFlowLog takes VPC and SUBNET only from accounts Tencent has "
-                   "allowlisted by ticket (CreateFlowLog ResourceType, VPC API 2017-03-12)")
-    else:
-        out.append(f"flow logs: none in network.existing_subnet_id={spec.network.existing_subnet_id}: the cluster has "
-                   f"no NAT gateway of its own there, and a subnet flow log needs Tencent's allowlist (a ticket; "
-                   f"CreateFlowLog ResourceType, VPC API 2017-03-12)")
     if spec.tier == "large" and shape.gpu not in H100_COMPUTE:
         out.append(
             f"tier large on tencentcloud: {shape.type} has {shape.gpu_label} — the HCC RDMA shape Tencent documents "
             f"for this tier, with an H100-class memory and interconnect but a small fraction of an H100's dense "
             f"compute (gpu-cluster catalog shows the figures); no H800/H100/H200 HCC shape has a primary source we "
             f"could read. For H100-class compute use cloud=aws (p5.48xlarge)")
+    if not spec.network.flow_logs:
+        out.append("network.flow_logs=false: no flow logs. Tencent takes VPC and subnet flow logs only from accounts it "
+                   "has allowlisted by ticket (CreateFlowLog ResourceType, VPC API 2017-03-12; NAT gateway flow logs "
+                   "are in beta behind a ticket too: Flow Logs FAQ, cloud.tencent.com/document/product/682/19260); "
+                   "set network.flow_logs: true once your account is")
+    else:
+        where = ("the subnet's" if spec.network.existing_subnet_id else "the VPC's")
+        out.append(f"network.flow_logs=true: {where} flows go to a CLS topic; the account must be allowlisted for "
+                   f"them (a ticket to Tencent), or `pulumi up` stops at the flow log")
     if shape.hpc:
         out.append(f"{shape.type} is an HCC shape sold to accounts Tencent enables for it (imroc/tke-guide, a Tencent "
                    f"engineer's guide): have it enabled for the account before `pulumi up`")
@@ -85,10 +86,11 @@ def notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
         out.append(f"storage.lustre.capacity_gib={spec.storage.lustre.capacity_gib} sets the CFS Turbo size at creation "
                    f"only: the provider (v1.82.42) cannot change it. To grow the file system, scale it up in the CFS "
                    f"console or with the ScaleUpFileSystem API (up only), then set capacity_gib to the new size")
-        out.append("storage.lustre: the provider waits 3 × TENCENTCLOUD_READ_RETRY_TIMEOUT minutes (default 3) for "
+        out.append("storage.lustre: the provider waits 3 × TENCENTCLOUD_READ_RETRY_TIMEOUT minutes (9 by default) for "
                    "CFS Turbo to finish creating (resource_tc_cfs_file_system.go Create, v1.82.42); how long a Turbo "
-                   "file system takes is unconfirmed, so set TENCENTCLOUD_READ_RETRY_TIMEOUT=10 before the first "
-                   "`pulumi up`, or run it again if it stops while the file system is still creating")
+                   "file system takes is unconfirmed, so set TENCENTCLOUD_READ_RETRY_TIMEOUT=10 (30 minutes; it "
+                   "lengthens the provider's other read retries too) before the first `pulumi up`, or, if it stops "
+                   "while the file system is still creating, run `pulumi up --refresh` once it is available")
     return out + slurm_notes(spec) + cost_control_notes(spec, shape)
 
 

@@ -63,7 +63,8 @@ def turbo_source(file_system_id: str, mount_ip: Optional[str], fs_id: Optional[s
     /lustre that can never mount."""
     if not mount_ip or not fs_id:
         raise pulumi.RunError(f"CFS Turbo {file_system_id} has no mount point yet (DescribeMountTargets returned "
-                              f"none); run `pulumi up` again once the file system is available")
+                              f"none); once the file system is available, run `pulumi up --refresh`: only a "
+                              f"refresh reads its mount point again")
     return f"{mount_ip}@tcp0:/{fs_id}/cfs"
 
 
