@@ -507,6 +507,8 @@ def test_the_head_node_waits_for_data_longer_than_the_disk_unit_does(stack):
     files = {f["path"]: f["content"] for f in doc["write_files"]}
     setup = files[f"{c.paths.bin}/head-setup"]
     data = next(v for k, v in files.items() if k.endswith("gpu-cluster-data"))
+    unit = next(v for k, v in files.items() if k.endswith("gpu-cluster-data.service"))
     head_wait = int(re.search(r"^MOUNT_WAIT_S='?(\d+)'?$", setup, re.M).group(1))
     disk_wait = int(re.search(r"^WAIT='?(\d+)'?$", data, re.M).group(1))
-    assert head_wait > disk_wait, (head_wait, disk_wait)
+    unit_timeout = int(re.search(r"^TimeoutStartSec=(\d+)$", unit, re.M).group(1))
+    assert head_wait > max(disk_wait, unit_timeout), (head_wait, disk_wait, unit_timeout)

@@ -47,9 +47,9 @@ def offered_in_zone(instance_type: str, zone: str, offered: Sequence[str], what:
     if instance_type not in offered:
         raise pulumi.RunError(f"{what or 'cluster.instance_type=' + instance_type} is not offered in cluster.zone={zone} "
                               f"for this account (DescribeInstanceTypeOfferings; zone names map to different zones "
-                              f"in each account); choose a zone where it is: aws ec2 describe-instance-type-offerings "
-                              f"--location-type availability-zone --filters Name=instance-type,Values={instance_type}"
-                              + remedy)
+                              f"in each account); choose a zone where it is{remedy} (the zones: aws ec2 "
+                              f"describe-instance-type-offerings --location-type availability-zone --filters "
+                              f"Name=instance-type,Values={instance_type})")
     return instance_type
 
 

@@ -36,9 +36,10 @@ from components.slurm.fabric import fabric, fio_settings, gpu_mem_min_fraction
 HEALTH_REASON_PREFIX = "gpu-cluster-health:"
 SPOT_REASON_PREFIX = "spot-interruption:"
 MUNGE_WAIT_S = 1800
-MOUNT_WAIT_S = DATA_WAIT_SECONDS + 60
-"""How long the boot scripts wait for a mount: longer than the data-disk unit itself waits for its
-disk to be attached (cloudinit.DATA_WAIT_SECONDS), so /data is never given up on first."""
+MOUNT_WAIT_S = DATA_WAIT_SECONDS + 120
+"""How long the boot scripts wait for a mount: longer than the data-disk unit may take (it waits
+cloudinit.DATA_WAIT_SECONDS for its disk, under a TimeoutStartSec a minute longer), so /data is never
+given up on first."""
 POLL_S = 5
 """How often the boot scripts look again while they wait (mounts, the fabric manager)."""
 FABRIC_MANAGER_WAIT_S = 180

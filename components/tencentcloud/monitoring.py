@@ -31,13 +31,15 @@ def offered(rules: list[dict], metrics: list) -> list[dict]:
     and a number of periods it allows (monitor.get_alarm_metric: metric_config period, continue_period,
     "The data period allowed for configuration", data_source_tc_monitor_alarm_metric.go v1.82.42). A
     set the API leaves empty is not held against a rule."""
-    by_name = {m.metric_name: m for m in metrics or []}
-    missing = sorted({r["metric_name"] for r in rules} - set(by_name))
+    configs_of: dict[str, list] = {}
+    for m in metrics or []:  # a name the API returns twice: the configurations of both
+        configs_of.setdefault(m.metric_name, []).extend(m.metric_configs or [])
+    missing = sorted({r["metric_name"] for r in rules} - set(configs_of))
     if missing:
         raise pulumi.RunError(f"Cloud Monitor offers no alarm metric {', '.join(missing)} in namespace cvm_device "
                               f"(monitor.get_alarm_metric); the GPU alarms cannot be created as written")
     for rule in rules:
-        configs = by_name[rule["metric_name"]].metric_configs or []
+        configs = configs_of[rule["metric_name"]]
         for key, allowed in (("period", {p for c in configs for p in c.periods or []}),
                              ("continue_period", {p for c in configs for p in c.continue_periods or []})):
             if allowed and rule[key] not in allowed:
