@@ -150,3 +150,17 @@ def test_a_turbo_file_system_without_a_mount_point_stops_the_deployment(sample_p
         # `pulumi up` alone never reads it again (no refresh): the sentence says how to get past it.
         with pytest.raises(pulumi.RunError, match=f"CFS Turbo {fs.id} has no mount point yet.*`pulumi up --refresh`"):
             turbo_source(fs.id, ip, fs_id)
+
+
+def test_disks_are_second_generation_encrypted_and_the_plan_names_the_kms_role(sample_plan):
+    """The two generations are incompatible and the first runs only on some older shapes (CreateDisks
+    EncryptType); encrypted disks need the CVM_QcsRole role with QcloudKMSAccessForCVMRole."""
+    from gpu_cluster.render import read_stack_file, stack_path, validate
+
+    disks = sample_plan("tencent-large").of_type(DISK)
+    assert disks and all(d.inputs["encrypt"] is True and d.inputs["encryptType"] == "ENCRYPT_V2" for d in disks)
+    notes = validate(read_stack_file(stack_path("tencent-large"))).notes
+    [setup] = [n for n in notes if n.startswith("one-time account setup")]
+    assert "CVM_QcsRole" in setup and "QcloudKMSAccessForCVMRole" in setup
+    assert any(n.startswith("budget: it counts only costs tagged gpu-cluster:name=tc-large") and
+               "cost allocation tag" in n for n in notes)

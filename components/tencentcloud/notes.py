@@ -61,7 +61,12 @@ def notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
                "names for cvm_device are published nowhere we could read, so `pulumi up` checks them with "
                "monitor.get_alarm_metric first and stops if one is missing")
     services = ["KMS (every cloud disk is encrypted: \"When you use the cloud disk encryption feature for the first "
-                "time, you must activate KMS\", CBS documentation, \"Cloud disk encryption\")"]
+                "time, you must activate KMS\", CBS documentation, \"Cloud disk encryption\"), and the CVM_QcsRole "
+                "service role with the QcloudKMSAccessForCVMRole policy (\"When using CBS encrypted disk, it is "
+                "necessary to add CVM_QcsRole role and QcloudKMSAccessForCVMRole strategy to the account\": provider "
+                "doc cbs_storage v1.82.42; the console creates it the first time a disk is encrypted there). On the "
+                "international site, CBS lists disk encryption as a beta to ask Tencent for (tencentcloud.com/document/"
+                "product/362/33139)"]
     if spec.scheduler == "slurm":
         services.append("Secrets Manager (SSM) with its SSM_QCSRole service role (SSM documentation, \"Quick "
                         "start\"), for the munge key")
@@ -70,6 +75,10 @@ def notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
                         "(the SCF API has the error FailedOperation.QcsRoleNotFound; a sub-account that deploys "
                         f"also needs cam:PassRole on the role {spec.name}-cost-controls, which the function runs as)")
     out.append("one-time account setup before the first `pulumi up`: activate " + "; ".join(services))
+    out.append(f"budget: it counts only costs tagged gpu-cluster:name={spec.name}, and Tencent's bills carry a tag "
+               f"only once its key is a cost allocation tag (Billing Center, Cost Allocation Tags: tencentcloud.com/"
+               f"document/product/555/32276); set gpu-cluster:name as one once per account, or the budget counts "
+               f"nothing and never reminds")
     if spec.criticality == "critical":
         out.append("criticality: critical — the on-demand GPU nodes are termination-protected, and the provider "
                    "(v1.82.42, resourceTencentCloudInstanceDelete) terminates without lifting that: `pulumi destroy`, "

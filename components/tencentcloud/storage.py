@@ -68,6 +68,12 @@ def turbo_source(file_system_id: str, mount_ip: Optional[str], fs_id: Optional[s
     return f"{mount_ip}@tcp0:/{fs_id}/cfs"
 
 
+ENCRYPT_TYPE = "ENCRYPT_V2"
+"""The disks' encryption generation, set rather than left to the API: the two are incompatible, and the
+first works only on some older instance types ("推荐优先使用第二代加密技术ENCRYPT_V2，第一代加密技术仅支持在部分
+老旧机型使用": vendored tencentcloud-sdk-go cbs/v20170312 CreateDisksRequestParams.EncryptType). The disks are
+made apart from any instance, so the API cannot choose by the instance; and it is fixed at creation."""
+
 TURBO_PERMISSION_GROUP = "pgroupbasic"
 """The permission group a Turbo file system takes: CFS's default one (see Storage._turbo)."""
 
@@ -119,7 +125,7 @@ class Storage(pulumi.ComponentResource):
                 disk = tencentcloud.cbs.Storage(
                     f"{prefix}-data-{i}", storage_name=f"{prefix}-data-{i}", storage_type=DATA_DISK_TYPE,
                     storage_size=args.data_disk_gb, availability_zone=args.zone, charge_type="POSTPAID_BY_HOUR",
-                    encrypt=True, tags=tags, opts=keep)
+                    encrypt=True, encrypt_type=ENCRYPT_TYPE, tags=tags, opts=keep)
                 self.data_disk_ids.append(disk.id)
         self.head_disk_id = None
         if args.head_data_gb > 0:
@@ -127,7 +133,7 @@ class Storage(pulumi.ComponentResource):
             self.head_disk_id = tencentcloud.cbs.Storage(
                 f"{prefix}-head-data", storage_name=f"{prefix}-head-data", storage_type=DATA_DISK_TYPE,
                 storage_size=args.head_data_gb, availability_zone=args.zone, charge_type="POSTPAID_BY_HOUR",
-                encrypt=True, tags=tags, opts=keep).id
+                encrypt=True, encrypt_type=ENCRYPT_TYPE, tags=tags, opts=keep).id
 
         self.register_outputs({"file_system_id": self.file_system_id, "mount_target": self.mount_target,
                                "bucket": self.bucket, "data_disk_ids": self.data_disk_ids,
