@@ -5,7 +5,7 @@ import json
 import pytest
 
 from components.aws.compute import market, network_interfaces, wants_placement_group
-from conftest import gpu_nodes
+from conftest import gpu_nodes, stack_with
 
 PG = "aws:ec2/placementGroup:PlacementGroup"
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
@@ -209,3 +209,20 @@ def test_a_shape_the_zone_does_not_offer_fails_the_render_in_one_sentence(monkey
     monkeypatch.setitem(mocks.LOOKUPS, token, offering_all_but("m7i.large"))
     with pytest.raises(pulumi.RunError, match=r"the Slurm head node's type m7i.large is not offered .* scheduler: none"):
         render(stack_with("aws-large"))
+
+
+@pytest.mark.parametrize("stack, vcpus, kinds", [
+    ("aws-large", 384, ['"Running On-Demand P instances"']),
+    ("aws-entry", 4, ['"Running On-Demand G and VT instances"']),
+])
+def test_the_plan_says_what_the_nodes_need_of_the_vcpu_quota(stack, vcpus, kinds):
+    """RunInstances enforces the vCPU quota last, after the network and the storage exist: the plan names
+    the quota and the count before `pulumi up`."""
+    from gpu_cluster.render import read_stack_file, stack_path, validate
+
+    notes = validate(read_stack_file(stack_path(stack))).notes
+    [note] = [n for n in notes if n.startswith("EC2 vCPU quota:")]
+    assert f"is {vcpus} vCPUs of " in note and all(k in note for k in kinds)
+    mixed = validate(stack_with("aws-large", {"purchase": "mixed"}))
+    [note] = [n for n in mixed.notes if n.startswith("EC2 vCPU quota:")]
+    assert '"Running On-Demand P instances"' in note and '"All P Spot Instance Requests"' in note

@@ -38,6 +38,7 @@ def notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
         f"possible up to 24 h after the first tagged resource is billed "
         f"(docs.aws.amazon.com/awsaccountbilling/latest/aboutv2/activating-tags.html)",
     ]
+    out.append(vcpu_quota_note(spec, shape))
     lustre = spec.storage.lustre
     cap = catalog.limit("aws", "fsx_backup_retention_days_max")
     if lustre is not None and lustre.import_path:
@@ -50,6 +51,26 @@ def notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
                    f"days, so the file system's backups are kept {cap} days (data-volume snapshots keep "
                    f"{spec.snapshots.retain})")
     return out + slurm_notes(spec) + cost_control_notes(spec, shape)
+
+
+# EC2 counts running instances as vCPUs per family group, and a new account's GPU groups start small.
+# The quotas' names, as Service Quotas lists them for ec2 (e.g. "Running On-Demand Standard (A, C, D, H,
+# I, M, R, T, Z) instances", quota L-1216C47A, AWS CLI user guide, service-quotas examples).
+_QUOTA_GROUPS = {"p": "P", "g": "G and VT"}
+
+
+def vcpu_quota_note(spec: "ClusterSpec", shape: "Shape") -> str:
+    """What the GPU nodes need of the account's EC2 vCPU quota, which RunInstances enforces last."""
+    group = _QUOTA_GROUPS.get(shape.family[:1].lower(), shape.family[:1].upper())
+    vcpus = spec.nodes * shape.vcpu
+    spot = spec.purchase != "on_demand"
+    kinds = " and ".join(
+        ([f"\"Running On-Demand {group} instances\""] if spec.purchase != "spot" else [])
+        + ([f"\"All {group} Spot Instance Requests\""] if spot else []))
+    return (f"EC2 vCPU quota: {spec.nodes} × {shape.type} is {vcpus} vCPUs of {kinds} in the region (Service Quotas, "
+            f"service ec2), which a new account often has far below that; RunInstances refuses the nodes beyond it "
+            f"(VcpuLimitExceeded) after the network and storage exist, so check it first: aws service-quotas "
+            f"list-service-quotas --service-code ec2, and request an increase where it is short")
 
 
 def slurm_notes(spec: "ClusterSpec") -> list[str]:
