@@ -523,7 +523,9 @@ def test_windows_start_stopped_nodes_at_the_edge_in_the_schedule_zone():
 def test_windows_stop_with_stop_charging_and_do_nothing_between_edges():
     cloud = FakeCloud({"ins-a": "RUNNING", "ins-b": "STOPPED"})
     handler.run(CONFIG, "windows", cloud, at(2027, 3, 5, 20, 59, 30), SHANGHAI)  # Friday, 30 s before 21:00
-    assert ("StopInstances", {"InstanceIds": ["ins-a"], "StoppedMode": "STOP_CHARGING"}) in cloud.calls
+    # Forced when the soft stop fails: the API's default (SOFT) only asks, and an idle node must stop.
+    assert ("StopInstances", {"InstanceIds": ["ins-a"], "StoppedMode": "STOP_CHARGING", "StopType": "SOFT_FIRST"}) \
+        in cloud.calls
     quiet = FakeCloud({"ins-a": "RUNNING", "ins-b": "RUNNING"})
     assert handler.run(CONFIG, "windows", quiet, at(2027, 3, 6, 9, 0), SHANGHAI) == {"windows": "no window edge now"}
     assert quiet.calls == []  # Saturday: no window

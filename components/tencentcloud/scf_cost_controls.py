@@ -13,8 +13,9 @@ idle rule). Two timer triggers call `main`:
   GpuUtil) stayed below the threshold in every period of the last `for_minutes` is stopped. A period
   without data is not idle: a node that reports nothing is never stopped.
 
-Stopping uses StoppedMode STOP_CHARGING, which ends compute charges of pay-as-you-go nodes with cloud
-disks (CVM API StopInstances; CVM documentation "No charges when shut down",
+Stopping uses StoppedMode STOP_CHARGING and StopType SOFT_FIRST (forced when a soft stop fails);
+STOP_CHARGING ends compute charges of pay-as-you-go nodes with cloud disks (CVM API StopInstances;
+CVM documentation "No charges when shut down",
 intl.cloud.tencent.com/document/product/213/19918). Requests are signed with TC3-HMAC-SHA256 (Tencent Cloud API 3.0
 documentation, "Calling Method → Signature v3", with its worked example) using the temporary keys SCF puts in
 the environment for the function's execution role (SCF documentation, "Roles and Authorization").
@@ -129,7 +130,10 @@ def states(call: Call, ids: list) -> dict:
 
 def stop(call: Call, ids: list) -> None:
     if ids:
-        call(CVM, "StopInstances", {"InstanceIds": ids, "StoppedMode": "STOP_CHARGING"})
+        # SOFT_FIRST: a forced stop when the guest ignores the soft one; the API's default, SOFT, only asks
+        # ("SOFT：仅软关机 ... 默认取值：SOFT", StopInstances StopType, CVM API 2017-03-12), and a node that
+        # ignored it would keep running and billing.
+        call(CVM, "StopInstances", {"InstanceIds": ids, "StoppedMode": "STOP_CHARGING", "StopType": "SOFT_FIRST"})
 
 
 def idle_nodes(points: list, below_pct: float, for_minutes: int, now: float) -> list:
