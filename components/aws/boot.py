@@ -43,6 +43,14 @@ KERNEL_SWITCHED = "/var/lib/gpu-cluster/lustre-kernel"
 """The kernel a node switched to for the Lustre client: it switches once, never in a loop."""
 REBOOT_UNIT = "gpu-cluster-reboot-for-lustre.service"
 
+APT_LOCK_WAIT_S = 600
+"""How long the boot's apt-get waits for the dpkg lock on the Ubuntu images (the Lustre client and the
+CloudWatch agent installs; the Lustre script retries `apt-get update` as long, since the package
+lists' lock never waits)."""
+APT_UPDATE_POLL_S = 10
+"""Seconds between the Lustre script's `apt-get update` tries."""
+
+
 # FSx for Lustre client on Ubuntu (FSx for Lustre user guide, "Installing the Lustre client", Ubuntu:
 # docs.aws.amazon.com/fsx/latest/LustreGuide/install-lustre-client.html). The repository builds one
 # package per kernel, `lustre-client-modules-<uname -r>`, and can trail the kernels the images boot.
@@ -68,11 +76,11 @@ curl -fsSL --retry 5 https://fsx-lustre-client-repo-public-keys.s3.amazonaws.com
 echo "deb [signed-by=$KEYRING] https://fsx-lustre-client-repo.s3.amazonaws.com/ubuntu $codename main" > "$SOURCES"
 # apt-get update takes /var/lib/apt/lists/lock without waiting (apt's DPkg::Lock::Timeout covers only
 # the dpkg lock), and apt-daily holds it at many a first boot: try again for as long as the dpkg wait.
-for _ in $(seq 1 60); do
+for _ in $(seq 1 {update_tries}); do
   if apt-get update -q; then updated=1; break; fi
-  sleep 10
+  sleep {update_poll}
 done
-[ "${updated:-0}" = 1 ] || fail "apt-get update failed for 10 minutes (apt-daily holding /var/lib/apt/lists/lock?)"
+[ "${updated:-0}" = 1 ] || fail "apt-get update failed for {update_minutes} minutes (apt-daily holding /var/lib/apt/lists/lock?)"
 export DEBIAN_FRONTEND=noninteractive
 if apt-cache show "lustre-client-modules-$kernel" > /dev/null 2>&1; then
   apt-get install -y -q "lustre-client-modules-$kernel" || fail "installing the Lustre client failed"
@@ -138,7 +146,8 @@ echo "$target" > "$SWITCHED"
 touch "$PENDING"
 systemctl start --no-block "$REBOOT_UNIT"
 echo "$NAME: kernel $kernel has no FSx Lustre client; booting kernel $target, which has one, once cloud-init is done"
-""")
+""".replace("{update_tries}", str(APT_LOCK_WAIT_S // APT_UPDATE_POLL_S)).replace("{update_poll}", str(APT_UPDATE_POLL_S))
+    .replace("{update_minutes}", str(APT_LOCK_WAIT_S // 60)))
 
 # Reboots the node into the kernel chosen above once cloud-init's final stage (the rest of the first
 # boot: Slurm setup, agents) is done, and the disk units it started without waiting (a data disk being
@@ -188,12 +197,6 @@ def lustre_mount(source: str) -> LustreMount:
     return LustreMount(source=source, client_script=LUSTRE_CLIENT_SH, files=(
         {"path": f"/etc/systemd/system/{REBOOT_UNIT}", "permissions": "0644", "owner": "root:root",
          "content": REBOOT_UNIT_FILE},))
-
-
-APT_LOCK_WAIT_S = 600
-"""How long the boot's apt-get waits for the dpkg lock on the Ubuntu images (the Lustre client and the
-CloudWatch agent installs; the Lustre script retries `apt-get update` as long, since the package
-lists' lock never waits)."""
 
 
 def boot_config(shape: Shape, scratch: str, cloudwatch_parameter: str, lustre_source: Optional[str],

@@ -208,7 +208,7 @@ LOOKUPS: dict = {
     },
     # The type in the zone, as DescribeInstanceTypeOfferings answers the program's filters (instance-type,
     # location) where the account has it (ec2_instance_type_offerings_data_source.go: id = the region).
-    "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings": lambda args: _type_offerings(args),
+    "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings": _type_offerings,
     # One offering for the requested dates, in the cluster's zone: the lookup as it answers when AWS has
     # the block the stack asks for (when it has none, or several, the real lookup fails `pulumi up`).
     "aws:ec2/getCapacityBlockOffering:getCapacityBlockOffering": lambda args: {
