@@ -72,7 +72,7 @@ HCC/CFS Turbo region of the samples (shapes with recorded zones use their first 
 
 
 def gpus_catalog() -> dict[str, dict]:
-    return catalog._read("gpus.yaml")
+    return catalog.read("gpus.yaml")
 
 
 @dataclass

@@ -14,6 +14,7 @@ from components.cloudinit import (APT_LOCK_DROPIN, DATA_SCRIPT, MD_DEVICE, SCRAT
                                   DataDisk, decode, render, scripts)
 from components.tencentcloud import boot as tencent_boot
 from gpu_cluster.render import SAMPLE_STACKS
+from conftest import load_yaml
 from tests.shellcheck import code_of, lint, representatives
 
 P5 = catalog.shape("aws", "p5.48xlarge")
@@ -26,7 +27,7 @@ FSX_SOURCE = "fs-0abc.fsx.us-east-1.amazonaws.com@tcp:/abcd1234"
 
 def _doc(text: str) -> dict:
     assert text.startswith("#cloud-config\n")
-    doc = yaml.safe_load(text)
+    doc = load_yaml(text)
     assert isinstance(doc, dict)
     return doc
 
@@ -227,6 +228,25 @@ def test_every_boot_script_is_valid_bash_and_passes_shellcheck(sample_plan, tmp_
     passed, report, linted = lint(scripts, tmp_path, "--shell=bash", "--severity=style")
     assert passed, report
     assert linted >= 5, "scratch, data disk, Lustre, agents: each kind of boot script"
+
+
+def _boot_documents(plan) -> list[str]:
+    """The #cloud-config documents of a plan's machines: the nodes' launch template, instances' own."""
+    found = [decode(lt.inputs["userData"]) for lt in plan.of_type("aws:ec2/launchTemplate:LaunchTemplate")]
+    found += [decode(r.inputs["userDataBase64"]) for r in plan.of_type("aws:ec2/instance:Instance")
+              if r.inputs.get("userDataBase64")]
+    return found + [decode(r.inputs["userData"]) for r in plan.of_type("tencentcloud:Instance/instance:Instance")]
+
+
+def test_cloud_inits_own_yaml_loader_reads_every_boot_document_as_the_tests_do(sample_plan, slurm_plan):
+    """cloud-init parses user data with PyYAML's pure-Python SafeLoader (cloudinit/safeyaml.py); the tests
+    read boot documents with libyaml's (conftest.load_yaml), which is faster. Both read every boot document
+    of every sample stack, with and without Slurm, to the same value."""
+    documents = {d for stack in SAMPLE_STACKS for plan in (sample_plan(stack), slurm_plan(stack))
+                 for d in _boot_documents(plan)}
+    assert len(documents) >= 20
+    for text in documents:
+        assert yaml.load(text, Loader=yaml.SafeLoader) == load_yaml(text)  # noqa: S506 - a safe loader
 
 
 @pytest.mark.parametrize("model", [EBS_MODEL])

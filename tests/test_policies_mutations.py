@@ -9,7 +9,6 @@ resolved ids and in its first-preview form (ids unknown, references in propertyD
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Callable
 
@@ -17,16 +16,8 @@ import pytest
 
 from gpu_cluster.plan import Plan
 from gpu_cluster.policyrun import run_policies
-from conftest import rendered, stack_with
-from policy_fixtures import FORMS, preview_form
-
-_DOCS: dict[str, dict] = {}
-
-
-def doc_of(stack: str) -> dict:
-    if stack not in _DOCS:
-        _DOCS[stack] = rendered(stack_with(stack)).plan()
-    return copy.deepcopy(_DOCS[stack])
+from policy_fixtures import FORMS, copied, preview_form
+from policy_fixtures import sample_doc as doc_of
 
 
 def find(doc: dict, name: str, kind: str = "") -> dict:
@@ -631,7 +622,7 @@ def judged(stack: str, fn: Callable[[dict], None], form: str) -> set[tuple[str, 
         inputs, outputs = r.get("inputs") or {}, r.get("outputs") or {}
         for gone in before.get(r["urn"], set()) - set(inputs):
             outputs.pop(gone, None)
-        outputs.update(copy.deepcopy(inputs))
+        outputs.update(copied(inputs))
         r["outputs"] = outputs
     if form == "preview":
         doc = preview_form(doc)

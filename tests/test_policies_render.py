@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -13,16 +12,7 @@ from gpu_cluster.errors import EXIT_VIOLATION
 from gpu_cluster.plan import Plan
 from gpu_cluster.policyrun import run_policies
 from gpu_cluster.render import SAMPLE_STACKS
-
-from conftest import rendered, stack_with
-
-_DOCS: dict[str, dict] = {}
-
-
-def doc_of(stack: str) -> dict:
-    if stack not in _DOCS:
-        _DOCS[stack] = rendered(stack_with(stack)).plan()
-    return copy.deepcopy(_DOCS[stack])
+from policy_fixtures import sample_doc as doc_of
 
 
 def found(plan: Plan, **kw) -> set[tuple[str, str]]:

@@ -176,7 +176,7 @@ def test_every_catalog_price_names_its_source_and_date():
 
 
 def test_gpus_catalog_rows_are_sourced_and_cover_every_catalogued_gpu():
-    gpus = catalog._read("gpus.yaml")
+    gpus = catalog.read("gpus.yaml")
     used = {s.gpu for c in catalog.CLOUDS for s in catalog.shapes(c).values()}
     assert used <= set(gpus)
     for name, row in gpus.items():

@@ -12,7 +12,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 
 from components import catalog
 from components.cloudinit import DataDisk, LustreMount, render
@@ -25,6 +24,7 @@ from components.spec import load_spec
 from gpu_cluster.render import read_stack_file, stack_path
 from tests.shellcheck import lint
 from tests.slurm_local.stubs import stub_env, write_state, write_stubs
+from conftest import load_yaml
 
 jobs_mod = importlib.import_module("components.slurm.jobs")
 SAMPLES = ["aws-entry", "aws-mid", "aws-large", "tencent-entry", "tencent-mid", "tencent-large"]
@@ -80,7 +80,7 @@ def test_every_sample_stack_renders_a_head_node_and_slurm(stack):
     assert f"SlurmctldHost={c.name}-head(10.40.0.10)\n" in conf
     assert sum(int(n["count"]) for n in conf_nodes(conf)) == c.nodes
     assert conf.count("PartitionName=") == 1 and f"PartitionName={c.name} Nodes={c.node_hostlist} Default=YES" in conf
-    doc = yaml.safe_load(render(head_boot_config(c, lustre=LustreMount(source="fs@tcp:/m", client_script="#!/bin/bash\n") if c.lustre else None,
+    doc = load_yaml(render(head_boot_config(c, lustre=LustreMount(source="fs@tcp:/m", client_script="#!/bin/bash\n") if c.lustre else None,
                                                  data_disk=DISK)))
     assert doc["hostname"] == f"{c.name}-head"
     assert {"slurmctld", "munge"} <= set(doc["packages"])
@@ -502,7 +502,7 @@ def test_the_head_node_waits_for_data_longer_than_the_disk_unit_does(stack):
     """slurmctld's state is on /data: if head-setup gave up before the data-disk unit did (it waits for
     the attachment, made only once the instance runs), slurmctld would stay down until restarted."""
     c = sample(stack)
-    doc = yaml.safe_load(render(head_boot_config(c, lustre=LustreMount(source="fs@tcp:/m", client_script="#!/bin/bash\n")
+    doc = load_yaml(render(head_boot_config(c, lustre=LustreMount(source="fs@tcp:/m", client_script="#!/bin/bash\n")
                                                  if c.lustre else None, data_disk=DISK)))
     files = {f["path"]: f["content"] for f in doc["write_files"]}
     setup = files[f"{c.paths.bin}/head-setup"]

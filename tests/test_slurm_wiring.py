@@ -10,12 +10,11 @@ import re
 from typing import Any, Iterator
 
 import pytest
-import yaml
 
 from components.cloudinit import USER_DATA_LIMIT, decode, encode, size_problem
 from components.headnode import HEAD_INSTANCE_TYPES, HEAD_HOST_OFFSET, head_address
 from components.slurm.conf import SLURMCTLD_PORT
-from conftest import gpu_nodes, head_node, render_plan, slurm_rendered, slurm_stack_with
+from conftest import gpu_nodes, head_node, render_plan, slurm_rendered, slurm_stack_with, load_yaml
 from conftest import stack_with as stack_with_cluster
 from gpu_cluster.plan import Plan
 from gpu_cluster.policyrun import run_policies
@@ -46,7 +45,7 @@ def user_data(r) -> str:
 
 
 def files(document: str) -> dict[str, str]:
-    return {f["path"]: f["content"] for f in yaml.safe_load(document).get("write_files", [])}
+    return {f["path"]: f["content"] for f in load_yaml(document).get("write_files", [])}
 
 
 def node_documents(plan: Plan, stack: str) -> list[str]:
@@ -103,8 +102,8 @@ def test_every_sample_stack_has_one_head_node_and_a_munge_secret_with_no_value(s
     assert not plan.of_type(*SECRET_VALUES), "the key is made on the head node, never by the stack"
     assert keylike(doc) == set()
     # Every boot script names the secret and reads it at boot; none carries a value.
-    scripts = [files(d)[p] for d in [user_data(head), *node_documents(plan, stack)] for p in files(d)
-               if p.endswith("/munge-key")]
+    scripts = [content for d in [user_data(head), *node_documents(plan, stack)]
+               for p, content in files(d).items() if p.endswith("/munge-key")]
     assert len(scripts) == 1 + len(node_documents(plan, stack))
     assert all(f"SECRET_ID='{name}-munge-key'\n" in s for s in scripts)
 
@@ -158,7 +157,7 @@ def test_every_gpu_node_boots_configless_slurmd_pointed_at_the_head_node(stack, 
             assert "NODE_INDEX=''\n" in identity and "INDEX_PATH='tags/instance/gpu-cluster:node'\n" in identity
         else:  # each node its own document
             assert f"NODE_INDEX='{i}'\n" in identity
-        assert "slurmd" in yaml.safe_load(document)["packages"]
+        assert "slurmd" in load_yaml(document)["packages"]
     # The GPU nodes are created after the head node, so none can take its address first.
     for node in gpu_nodes(plan, instance_type(stack)):
         assert head.urn in node.dependencies
@@ -203,7 +202,7 @@ def test_tencent_head_node_is_private_in_the_cluster_subnet_with_its_role(slurm_
     # not lift the protection (the contract's delete_refused_while; test_review.py).
     assert head["instanceChargeType"] == "POSTPAID_BY_HOUR" and head["disableApiTermination"] is False
     assert head["userDataReplaceOnChange"] is True and "hpcClusterId" not in head
-    assert yaml.safe_load(user_data(head_node(plan, TC_INSTANCE)))["hostname"] == "tc-large-head"
+    assert load_yaml(user_data(head_node(plan, TC_INSTANCE)))["hostname"] == "tc-large-head"
 
 
 @pytest.mark.parametrize("stack", ["aws-entry", "tencent-entry"])
@@ -401,7 +400,7 @@ def test_scheduler_none_renders_no_head_node_no_secret_and_no_slurm(stack):
     assert [r.name for r in plan.of_type(instance_type(stack))] == [r.name for r in gpu_nodes(plan, instance_type(stack))]
     assert not [r for r in plan.custom() if "head" in r.name]
     for document in node_documents(plan, stack):
-        assert "slurmd" not in yaml.safe_load(document).get("packages", [])
+        assert "slurmd" not in load_yaml(document).get("packages", [])
         assert not [p for p in files(document) if p.startswith("/opt/gpu-cluster/") or "slurm" in p]
     assert not {"head_node_id", "head_address", "munge_secret", "connect_head", "submit_job"} & set(plan.stack.outputs)
     assert not [a for a in plan.of_type(ALARM) if a.inputs["metricName"] == "NodeHealthy"]

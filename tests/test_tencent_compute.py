@@ -1,12 +1,11 @@
 """Tencent compute: shapes per tier, HPC cluster packing, zone, purchase mapping, boot config."""
 
 import pytest
-import yaml
 
 from components import catalog
 from components.cloudinit import decode, render
 from components.tencentcloud import boot
-from conftest import gpu_nodes
+from conftest import gpu_nodes, load_yaml
 
 INSTANCE = "tencentcloud:Instance/instance:Instance"
 HPC = "tencentcloud:Cvm/hpcCluster:HpcCluster"
@@ -19,7 +18,7 @@ def inputs_of(plan, type_):
 
 def document(inputs: dict) -> dict:
     """A node's #cloud-config, as cloud-init reads it from the compressed user_data."""
-    return yaml.safe_load(decode(inputs["userData"]))
+    return load_yaml(decode(inputs["userData"]))
 
 
 def test_large_packs_every_node_into_one_hpc_cluster_in_the_zone(sample_plan):
@@ -155,7 +154,7 @@ def test_own_image_skips_the_driver_installer(render_cluster):
 
 def test_shapes_with_local_nvme_stripe_them_at_boot():
     shape = catalog.shape("tencentcloud", "HCCPNV4h.48XLARGE1024")
-    doc = yaml.safe_load(render(boot.boot_config(shape=shape, scratch="nvme", lustre_source=None, install_driver=False)))
+    doc = load_yaml(render(boot.boot_config(shape=shape, scratch="nvme", lustre_source=None, install_driver=False)))
     assert any(f["path"] == "/usr/local/sbin/gpu-cluster-scratch" and "EXPECTED=4" in f["content"]
                for f in doc["write_files"])
     assert "mounts" not in doc

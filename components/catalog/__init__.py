@@ -80,7 +80,8 @@ class Limit:
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def _read(name: str) -> Any:
+def read(name: str) -> Any:
+    """A data file of this folder (instances.yaml, fabric.yaml, ...), parsed."""
     with open(_HERE / name, encoding="utf-8") as f:
         return yaml.load(f, Loader=_LOADER)  # noqa: S506 - a safe loader
 
@@ -89,7 +90,7 @@ def _read(name: str) -> Any:
 def shapes(cloud: Cloud) -> dict[str, Shape]:
     """Every catalogued shape of `cloud`, by instance type."""
     out: dict[str, Shape] = {}
-    for row in _read("instances.yaml"):
+    for row in read("instances.yaml"):
         if row["cloud"] != cloud:
             continue
         row = dict(row)
@@ -106,7 +107,7 @@ def shape(cloud: Cloud, instance_type: str) -> Optional[Shape]:
 @lru_cache(maxsize=None)
 def limits(cloud: Cloud) -> dict[str, Limit]:
     """Every sourced limit of `cloud`, by name."""
-    return {name: Limit(**row) for name, row in _read("limits.yaml")[cloud].items()}
+    return {name: Limit(**row) for name, row in read("limits.yaml")[cloud].items()}
 
 
 def limit(cloud: Cloud, name: str) -> Any:
@@ -116,7 +117,7 @@ def limit(cloud: Cloud, name: str) -> Any:
 @lru_cache(maxsize=None)
 def sources() -> dict[str, str]:
     """What each source key of the rows stands for (sources.yaml): a URL or a repository file."""
-    return _read("sources.yaml")
+    return read("sources.yaml")
 
 
 def source_labels(keys: tuple[str, ...]) -> tuple[str, ...]:
@@ -150,4 +151,4 @@ def sold_in(shape: Shape, region: str) -> bool:
 @lru_cache(maxsize=None)
 def prices(cloud: Cloud) -> dict[str, Any]:
     """Storage, network and spot prices of `cloud` (prices.yaml), each entry with its source."""
-    return _read("prices.yaml")[cloud]
+    return read("prices.yaml")[cloud]

@@ -11,14 +11,10 @@ from __future__ import annotations
 import datetime
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 from typing import Any, Mapping, Optional
 
-import yaml
-
+from components import catalog
 from components.catalog import Cloud
-
-FABRIC_FILE = Path(__file__).resolve().parent.parent / "catalog" / "fabric.yaml"
 
 
 @dataclass(frozen=True)
@@ -63,8 +59,7 @@ class FioSettings:
 
 @lru_cache(maxsize=None)
 def _document() -> dict[str, Any]:
-    with open(FABRIC_FILE, encoding="utf-8") as f:
-        return yaml.safe_load(f)
+    return catalog.read("fabric.yaml")
 
 
 @lru_cache(maxsize=None)

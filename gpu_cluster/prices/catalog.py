@@ -11,7 +11,7 @@ from gpu_cluster.prices import ITEMS, NO_KEY, Price, Rate
 
 @lru_cache(maxsize=None)
 def _exchange_rate() -> Rate:
-    row = catalog._read("prices.yaml")["exchange_rate"]
+    row = catalog.read("prices.yaml")["exchange_rate"]
     return Rate(usd_cny=float(row["usd_cny"]), source=row["source"], as_of=str(row["as_of"]))
 
 
