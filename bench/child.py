@@ -106,6 +106,7 @@ def ours(stack: str, nodes: int, plan_out: str) -> dict:
 
 def baseline(stack: str, nodes: int, plan_in: str, typed: bool = False) -> dict:
     from gpu_cluster.mocks import GpuClusterMocks, RecordingMonitor
+    from gpu_cluster.render import without_stack_traces
 
     with open(plan_in, encoding="utf-8") as f:
         resources = json.load(f)["deployment"]["resources"]
@@ -130,7 +131,8 @@ def baseline(stack: str, nodes: int, plan_in: str, typed: bool = False) -> dict:
             else:
                 made[r["urn"]] = pulumi.ComponentResource(r["type"], name, None, opts)
 
-    _sync_await(run_pulumi_func(program))
+    with without_stack_traces():  # as a render does (gpu_cluster.render.SKIP_STACK_TRACES)
+        _sync_await(run_pulumi_func(program))
     return {"render_s": time.perf_counter() - t0, "resources": len(monitor.registrations)}
 
 

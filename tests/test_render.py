@@ -39,6 +39,34 @@ def test_sample_stack_renders_as_a_stack_export(sample_plan, stack):
     assert plan.stack.outputs.get("vpc_id") and plan.stack.outputs.get("subnet_id")
 
 
+def test_a_plan_is_the_same_without_the_sdks_stack_traces(monkeypatch):
+    """A render skips the call stacks the SDK captures for the engine's source positions (the mocks never
+    read them; gpu_cluster.render.SKIP_STACK_TRACES): the plan, the ignored properties and the functions
+    called (in the order their arguments resolve, which varies) are what a render that captures them gives, and the SDK's own capture is back afterwards."""
+    import pulumi.runtime.resource as sdk
+
+    from gpu_cluster import render as render_mod
+
+    stack_file = render_mod.read_stack_file(render_mod.stack_path("tencent-scheduled"))
+    captured = sdk._get_stack_trace
+    fast = render_mod.render(stack_file)
+    assert sdk._get_stack_trace is captured
+    monkeypatch.setattr(render_mod, "SKIP_STACK_TRACES", False)
+    calls = []
+    monkeypatch.setattr(sdk, "_get_stack_trace", lambda: calls.append(1) or captured())
+    full = render_mod.render(stack_file)
+    assert len(calls) >= len(full.registrations) - 1, "the SDK captured a stack for each resource"
+
+    def without_time(r):
+        doc = r.plan()
+        doc["deployment"]["manifest"].pop("time")
+        return doc
+
+    assert without_time(fast) == without_time(full)
+    assert fast.ignore_changes() == full.ignore_changes()
+    assert sorted(map(json.dumps, fast.invokes)) == sorted(map(json.dumps, full.invokes)), "in any order"
+
+
 def _run_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "gpu_cluster", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=300)
