@@ -3,6 +3,9 @@ every render and by every mock."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from conftest import rendered, stack_with
@@ -37,6 +40,24 @@ def test_every_type_and_function_the_program_uses_has_a_contract(used):
     assert missing == [], f"no provider contract for {missing}: add them to gpu_cluster/contracts/<cloud>.yaml"
     assert all(contracts.contract(t).kind == "resource" for t in types)
     assert all(contracts.contract(f).kind == "function" for f in functions)
+
+
+def test_every_function_names_the_api_actions_it_calls_and_the_readme_lists_exactly_those():
+    """The deployer's credentials make the program's lookups: each function's contract names the cloud API
+    actions its provider Read calls, and the README's deploying section lists those and no others."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("## Deploying for real", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"`([a-z0-9]+:[A-Z][A-Za-z0-9]+)`", section))
+    calls = set()
+    for token, c in contracts.all_contracts().items():
+        if c.kind == "function":
+            assert c.calls is not None, f"{token}: the contract names no `calls`"
+            assert all(re.fullmatch(r"[a-z0-9]+:[A-Z][A-Za-z0-9]+", a) for a in c.calls), (token, c.calls)
+            calls |= set(c.calls)
+        else:
+            assert c.calls is None, f"{token}: `calls` is for functions"
+    assert len(calls) >= 15
+    assert listed == calls, f"README lists {sorted(listed - calls)} that no function calls; misses {sorted(calls - listed)}"
 
 
 def test_every_entry_cites_the_provider_source_of_the_pinned_version():

@@ -108,6 +108,9 @@ class Contract:
     """Why a replacement must delete the old resource before it creates the new one, if it must."""
     delete_refused_while: Mapping[str, str] = field(default_factory=dict)
     """Arguments that, true in the state, make the provider's Delete fail (argument → why)."""
+    calls: Optional[tuple[str, ...]] = None
+    """A function's cloud API actions, as its provider's Read calls them ("ec2:DescribeImages"): the
+    deployer's credentials need each at every preview and update (README, "Deploying for real")."""
     notes: str = ""
 
     def paths(self) -> Iterator[tuple[str, Rule]]:
@@ -168,6 +171,7 @@ def _load(cloud: str) -> dict[str, Contract]:
                 autoname=raw.get("autoname"),
                 delete_before_replace=raw.get("delete_before_replace"),
                 delete_refused_while=dict(raw.get("delete_refused_while") or {}),
+                calls=tuple(raw["calls"]) if raw.get("calls") is not None else None,
                 notes=raw.get("notes") or "",
             )
     return out
