@@ -89,6 +89,8 @@ class Monitoring(pulumi.ComponentResource):
             monitor_type="MT_QCE",
             project_id=0,
             enable=1,
+            # The lookup's monitor_type as the provider's doc example and acceptance test pass it (the test
+            # asserts metrics come back); the API documents the filter as MT_QCE (contract notes).
             conditions={"is_union_rule": 0, "rules": tencentcloud.monitor.get_alarm_metric_output(
                 module="monitor", monitor_type="Monitoring", namespace="cvm_device",
                 opts=pulumi.InvokeOutputOptions(parent=self)).metrics.apply(lambda m: offered(gpu_rules(), m))},
