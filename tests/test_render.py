@@ -39,7 +39,8 @@ def test_sample_stack_renders_as_a_stack_export(sample_plan, stack):
     assert plan.stack.outputs.get("vpc_id") and plan.stack.outputs.get("subnet_id")
 
 
-def test_a_plan_is_the_same_without_the_sdks_stack_traces(monkeypatch):
+@pytest.mark.parametrize("stack", ["aws-entry", "tencent-scheduled"])
+def test_a_plan_is_the_same_without_the_sdks_stack_traces(monkeypatch, stack):
     """A render skips the call stacks the SDK captures for the engine's source positions (the mocks never
     read them; gpu_cluster.render.SKIP_STACK_TRACES): the plan, the ignored properties and the functions
     called (in the order their arguments resolve, which varies) are what a render that captures them gives, and the SDK's own capture is back afterwards."""
@@ -47,8 +48,10 @@ def test_a_plan_is_the_same_without_the_sdks_stack_traces(monkeypatch):
 
     from gpu_cluster import render as render_mod
 
-    stack_file = render_mod.read_stack_file(render_mod.stack_path("tencent-scheduled"))
+    stack_file = render_mod.read_stack_file(render_mod.stack_path(stack))
     captured = sdk._get_stack_trace
+    assert (captured.__module__, captured.__name__) == ("pulumi.runtime.resource", "_get_stack_trace"), \
+        "the SDK's own capture is in place before a render"
     fast = render_mod.render(stack_file)
     assert sdk._get_stack_trace is captured
     monkeypatch.setattr(render_mod, "SKIP_STACK_TRACES", False)
