@@ -14,15 +14,12 @@ from typing import Any
 
 import yaml
 
+from components.catalog import YAML_LOADER
 from gpu_cluster.errors import UserError
 
 MAX_DEPTH = 64
 """Deeper nesting than this is refused: no stack file, plan or export of ours comes near it, and a
 recursive reader would otherwise crash on a hostile file."""
-
-# libyaml's loader when PyYAML was built with it (its wheels are).
-_BASE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
 
 MAX_BYTES = 2 * 1024 ** 3
 """Larger files are refused before they are read (a 38,000-resource export is about 60 MB)."""
@@ -53,7 +50,7 @@ def read_text(path: Path, what: str) -> str:
         raise UserError(f"{what} {path} is not UTF-8 text (byte {e.start}); save it as UTF-8") from None
 
 
-class _StrictLoader(_BASE_LOADER):  # type: ignore[misc,valid-type]
+class _StrictLoader(YAML_LOADER):  # type: ignore[misc,valid-type]
     """A safe loader that refuses a key given twice in one mapping (YAML says keys are unique)."""
 
 

@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from components.catalog import YAML_LOADER  # noqa: E402
 from gpu_cluster.plan import Plan  # noqa: E402
 from gpu_cluster.render import StackFile, read_stack_file, render, stack_path  # noqa: E402
 
@@ -91,15 +92,12 @@ def _shared_render(key: str, stack_file: StackFile):
         return result
 
 
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
 def load_yaml(text: str):
     """`text` parsed by libyaml's safe loader, as the program reads its own YAML (components.catalog): several
     times faster than PyYAML's pure-Python SafeLoader, which cloud-init parses user data with
     (cloudinit/safeyaml.py). tests/test_cloudinit.py asserts both read every sample stack's boot document
     alike, so a test that reads what a boot document holds reads it here."""
-    return yaml.load(text, Loader=_YAML_LOADER)  # noqa: S506 - a safe loader
+    return yaml.load(text, Loader=YAML_LOADER)  # noqa: S506 - a safe loader
 
 
 def render_plan(stack: str, changes: Optional[dict] = None, config: Optional[dict] = None) -> Plan:

@@ -76,14 +76,15 @@ class Limit:
     note: str = field(default="")
 
 
-# libyaml's loader when PyYAML was built with it (its wheels are): the catalog is read on every run.
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""libyaml's safe loader when PyYAML was built with it (its wheels are), else PyYAML's own: how the
+program reads every YAML file of its own (the catalog on every run, the contracts, stack files)."""
 
 
 def read(name: str) -> Any:
     """A data file of this folder (instances.yaml, fabric.yaml, ...), parsed."""
     with open(_HERE / name, encoding="utf-8") as f:
-        return yaml.load(f, Loader=_LOADER)  # noqa: S506 - a safe loader
+        return yaml.load(f, Loader=YAML_LOADER)  # noqa: S506 - a safe loader
 
 
 @lru_cache(maxsize=None)

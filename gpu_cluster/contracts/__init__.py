@@ -56,11 +56,11 @@ from typing import Any, Iterator, Mapping, Optional
 
 import yaml
 
+from components.catalog import YAML_LOADER
 from gpu_cluster.errors import UserError
 
 _HERE = Path(__file__).parent
 _FILES = {"aws": "aws.yaml", "tencentcloud": "tencentcloud.yaml"}
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class ContractError(UserError):
@@ -154,7 +154,7 @@ def _rule(raw: Any) -> Rule:
 @lru_cache(maxsize=None)
 def _load(cloud: str) -> dict[str, Contract]:
     with open(_HERE / _FILES[cloud], encoding="utf-8") as f:
-        doc = yaml.load(f, Loader=_LOADER)  # noqa: S506 - a safe loader
+        doc = yaml.load(f, Loader=YAML_LOADER)  # noqa: S506 - a safe loader
     out: dict[str, Contract] = {}
     for kind, key in (("resource", "resources"), ("function", "functions")):
         for token, raw in (doc.get(key) or {}).items():
