@@ -190,6 +190,16 @@ def test_launch_template_user_data_is_that_document(sample_plan):
     assert {n.inputs["tags"][DATA_VOLUME_TAG] for n in nodes} == volumes
 
 
+def _boot_documents(plan) -> list[tuple[str, str]]:
+    """(machine, #cloud-config) of each boot document of a plan: the nodes' launch template (machine ""),
+    each instance's own (its name)."""
+    found = [("", decode(lt.inputs["userData"])) for lt in plan.of_type("aws:ec2/launchTemplate:LaunchTemplate")]
+    found += [(r.name, decode(r.inputs["userDataBase64"])) for r in plan.of_type("aws:ec2/instance:Instance")
+              if r.inputs.get("userDataBase64")]
+    return found + [(r.name, decode(r.inputs["userData"]))
+                    for r in plan.of_type("tencentcloud:Instance/instance:Instance")]
+
+
 def _rendered_scripts(sample_plan) -> dict[str, str]:
     """Every boot script of every sample stack (GPU nodes and Slurm head nodes), and of the variants the
     samples do not cover; each distinct script once. The Slurm scripts (under /opt/gpu-cluster) are
@@ -197,8 +207,8 @@ def _rendered_scripts(sample_plan) -> dict[str, str]:
     out: dict[str, str] = {}
     seen: set[str] = set()
 
-    def add(where: str, user_data: str) -> None:
-        for f in _doc(decode(user_data)).get("write_files", []):
+    def add(where: str, document: str) -> None:
+        for f in _doc(document).get("write_files", []):
             if f["path"].startswith("/opt/gpu-cluster/"):
                 continue
             if f["content"].startswith("#!/bin/bash") and f["content"] not in seen:
@@ -206,14 +216,8 @@ def _rendered_scripts(sample_plan) -> dict[str, str]:
                 out[f"{where}:{f['path']}"] = f["content"]
 
     for stack in SAMPLE_STACKS:
-        plan = sample_plan(stack)
-        for lt in plan.of_type("aws:ec2/launchTemplate:LaunchTemplate"):
-            add(stack, lt.inputs["userData"])
-        for head in plan.of_type("aws:ec2/instance:Instance"):
-            if head.inputs.get("userDataBase64"):
-                add(f"{stack}:{head.name}", head.inputs["userDataBase64"])
-        for node in plan.of_type("tencentcloud:Instance/instance:Instance"):
-            add(f"{stack}:{node.name}", node.inputs["userData"])
+        for machine, document in _boot_documents(sample_plan(stack)):
+            add(f"{stack}:{machine}" if machine else stack, document)
     variants = [boot_config(G4, "disk", PARAM, FSX_SOURCE, data_disk=True)]
     for i, boot in enumerate(variants):
         out.update({f"variant-{i}:{p}": s for p, s in scripts(boot).items()})
@@ -230,20 +234,12 @@ def test_every_boot_script_is_valid_bash_and_passes_shellcheck(sample_plan, tmp_
     assert linted >= 5, "scratch, data disk, Lustre, agents: each kind of boot script"
 
 
-def _boot_documents(plan) -> list[str]:
-    """The #cloud-config documents of a plan's machines: the nodes' launch template, instances' own."""
-    found = [decode(lt.inputs["userData"]) for lt in plan.of_type("aws:ec2/launchTemplate:LaunchTemplate")]
-    found += [decode(r.inputs["userDataBase64"]) for r in plan.of_type("aws:ec2/instance:Instance")
-              if r.inputs.get("userDataBase64")]
-    return found + [decode(r.inputs["userData"]) for r in plan.of_type("tencentcloud:Instance/instance:Instance")]
-
-
 def test_cloud_inits_own_yaml_loader_reads_every_boot_document_as_the_tests_do(sample_plan, slurm_plan):
     """cloud-init parses user data with PyYAML's pure-Python SafeLoader (cloudinit/safeyaml.py); the tests
     read boot documents with libyaml's (conftest.load_yaml), which is faster. Both read every boot document
     of every sample stack, with and without Slurm, to the same value."""
     documents = {d for stack in SAMPLE_STACKS for plan in (sample_plan(stack), slurm_plan(stack))
-                 for d in _boot_documents(plan)}
+                 for _, d in _boot_documents(plan)}
     assert len(documents) >= 20
     for text in documents:
         assert yaml.load(text, Loader=yaml.SafeLoader) == load_yaml(text)  # noqa: S506 - a safe loader

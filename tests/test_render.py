@@ -43,7 +43,8 @@ def test_sample_stack_renders_as_a_stack_export(sample_plan, stack):
 def test_a_plan_is_the_same_without_the_sdks_stack_traces(monkeypatch, stack):
     """A render skips the call stacks the SDK captures for the engine's source positions (the mocks never
     read them; gpu_cluster.render.SKIP_STACK_TRACES): the plan, the ignored properties and the functions
-    called (in the order their arguments resolve, which varies) are what a render that captures them gives, and the SDK's own capture is back afterwards."""
+    called (in the order their arguments resolve, which varies) are what a render that captures them
+    gives, and the SDK's own capture is back afterwards."""
     import pulumi.runtime.resource as sdk
 
     from gpu_cluster import render as render_mod
