@@ -102,8 +102,26 @@ def test_a_new_stack_is_all_additions(sample_plan):
     assert len(changes) == sum(1 for _ in plan.custom())
 
 
+def test_a_data_volume_grows_in_place_and_nothing_else_changes(sample_plan):
+    """A bigger data disk is an in-place change of the volume alone: the boot config finds the volume by
+    its id, so the launch template and the node do not change with its size."""
+    from conftest import render_plan
+
+    review = review_stack("aws-entry", sample_plan("aws-entry"), render_plan("aws-entry", {"storage": {"data_disk_gb": 400}}))
+    assert [(c.action, c.type, c.name, c.keys) for c in review.changes] == [
+        ("change", "aws:ebs/volume:Volume", "ml-entry-storage-data-0", ("size",))]
+    assert review.cost_after.total - review.cost_before.total == pytest.approx(200 * 0.08)  # 200 GB more gp3
+    [row] = [line for line in render_markdown([review], "main").splitlines() if line.startswith("| aws-entry |")]
+    assert row.startswith("| aws-entry | 0 | 1 | 0 | 0 |") and "(+16.00 USD)" in row
+
+
 def test_make_review_against_a_base_ref(tmp_path):
-    """`gpu-cluster review` on a throwaway clone whose last commit changes a stack file."""
+    """`gpu-cluster review` on a throwaway clone whose last commit changes a stack file and the code of the
+    Tencent cost controls: BASE is rendered from its own git tree, the work tree beside it, and only the
+    named stacks are reviewed. (What a diff holds is tested in this process above; here, Tencent stacks:
+    their renders cost a fraction of AWS's, whose SDK a fresh process spends a second importing.)"""
+    from conftest import render_plan
+
     root = Path(__file__).resolve().parent.parent
     clone = tmp_path / "repo"
     run = lambda *a, cwd=clone: subprocess.run(a, cwd=cwd, capture_output=True, text=True, check=True)  # noqa: E731
@@ -113,31 +131,36 @@ def test_make_review_against_a_base_ref(tmp_path):
         subprocess.run(["cp", "-r", str(root / path), str(clone / Path(path).parent)], check=True)
     run("git", "add", "-A")
     run("git", "-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-qm", "base", "--allow-empty")
-    stack = clone / "stacks" / "Pulumi.aws-entry.yaml"
+    stack = clone / "stacks" / "Pulumi.tencent-entry.yaml"
+    assert "data_disk_gb: 200" in stack.read_text()
     stack.write_text(stack.read_text().replace("data_disk_gb: 200", "data_disk_gb: 400"))
     # A new version of the Tencent cost-controls code: base and head name different code packages.
     handler = clone / "components" / "tencentcloud" / "scf_cost_controls.py"
     handler.write_text(handler.read_text() + "# a comment: new code, the same schedule\n")
     run("git", "-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-qam", "grow the data disk")
-    # The stacks whose rows the test reads: the changed one, an unchanged one, and the Tencent package's.
-    only = [a for s in ("tencent-scheduled", "aws-large", "aws-entry") for a in ("--stack", s)]
+    # The two stacks named out of their sample order; every Tencent stack carries the cost-controls package.
+    only = [a for s in ("tencent-scheduled", "tencent-entry") for a in ("--stack", s)]
     result = subprocess.run([sys.executable, "-m", "gpu_cluster", "review", "--base", "HEAD~1", *only, "--out",
                              str(tmp_path / "review.md")], cwd=clone, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     md = (tmp_path / "review.md").read_text()
-    row = next(line for line in md.splitlines() if line.startswith("| aws-entry |"))
-    # The volume grows in place, and nothing else changes: the boot config finds the volume by its id.
-    assert row.startswith("| aws-entry | 0 | 1 | 0 | 0 |")
-    assert "| change | `aws:ebs/volume:Volume` | `ml-entry-storage-data-0` | size |" in md
-    assert "+16.00 USD" in row  # 200 GB more gp3 at $0.08
-    assert "| aws-large | 0 | 0 | 0 | 0 |" in md
+    changes = [line for line in md.splitlines() if line.startswith("| change |")]
+    assert changes == [
+        "| change | `tencentcloud:Scf/function:Function` | `tc-entry-cost-controls` | zipFile (code only) |",
+        "| change | `tencentcloud:Cbs/storage:Storage` | `tc-entry-data-0` | storageSize |",
+        "| change | `tencentcloud:Scf/function:Function` | `tc-lab-cost-controls` | zipFile (code only) |",
+    ], "the disk and the code package, nothing else: both sides render alike in their own processes"
+    row = next(line for line in md.splitlines() if line.startswith("| tencent-entry |"))
+    assert row.startswith("| tencent-entry | 0 | 2 | 0 | 0 |"), row
+    here = review_stack("tencent-entry", render_plan("tencent-entry"),
+                        render_plan("tencent-entry", {"storage": {"data_disk_gb": 400}}))
+    assert f"(+{here.cost_after.total - here.cost_before.total:,.2f} CNY)" in row, "priced as in this process"
     # The base's package is priced from the base tree's copy: the same schedule, the same cost.
     row = next(line for line in md.splitlines() if line.startswith("| tencent-scheduled |"))
     assert row.startswith("| tencent-scheduled | 0 | 1 | 0 | 0 |") and "+0.00 CNY" in row, row
-    assert "| change | `tencentcloud:Scf/function:Function` | `tc-lab-cost-controls` | zipFile (code only) |" in md
-    assert [line.split(" | ")[0] for line in md.splitlines() if line.startswith("| aws-") or line.startswith("| tencent-")][:3] == [
-        "| aws-entry", "| aws-large", "| tencent-scheduled"], "only the named stacks, sample stacks in their order"
-    assert "review of 3 stack(s)" in result.stdout
+    assert [line.split(" | ")[0] for line in md.splitlines() if line.startswith("| aws-") or line.startswith("| tencent-")] == [
+        "| tencent-entry", "| tencent-scheduled"], "only the named stacks, sample stacks in their order"
+    assert "review of 2 stack(s)" in result.stdout
 
 
 def test_a_review_covers_every_sample_stack_and_every_changed_stack_file(tmp_path, monkeypatch):
