@@ -143,15 +143,15 @@ def test_bad_stack_file_exits_2_with_sentences_and_writes_no_plan(tmp_path):
     ("config: {aws:region: us-east-1}", "no `gpu-cluster:cluster` value"),
     ("name: x", "no `config:` mapping"),
 ])
-def test_unreadable_stack_files_exit_2(tmp_path, content, fragment):
+def test_unreadable_stack_files_exit_2(tmp_path, capsys, content, fragment):
     path = tmp_path / "Pulumi.x.yaml"
     path.write_text(content)
-    result = _run_cli("plan", "--stack-file", str(path), "--out", str(tmp_path / "plans"))
-    assert result.returncode == 2 and fragment in result.stderr and "Traceback" not in result.stderr
+    result = _main(capsys, "plan", "--stack-file", str(path), "--out", str(tmp_path / "plans"))
+    assert result.returncode == 2 and fragment in result.stderr and not (tmp_path / "plans").exists()
 
 
-def test_missing_stack_file_exits_2(tmp_path):
-    result = _run_cli("plan", "--stack-file", str(tmp_path / "nope.yaml"), "--out", str(tmp_path))
+def test_missing_stack_file_exits_2(tmp_path, capsys):
+    result = _main(capsys, "plan", "--stack-file", str(tmp_path / "nope.yaml"), "--out", str(tmp_path))
     assert result.returncode == 2 and "does not exist" in result.stderr
 
 
@@ -160,12 +160,12 @@ def _make(*args: str) -> subprocess.CompletedProcess:
                           timeout=300)
 
 
-def test_cli_keeps_its_exit_statuses_and_make_reports_failure(tmp_path):
+def test_cli_keeps_its_exit_statuses_and_make_reports_failure(tmp_path, capsys):
     """The command returns 0 / 1 / 2; make passes success as 0 and any failure as 2 (GNU make's own)."""
     violating = ROOT / "tests" / "fixtures" / "policies" / "acceptance" / "shared-subnet.export.json"
     result = _run_cli("check", str(violating))
     assert result.returncode == 1 and "dedicated-subnet" in result.stdout
-    assert _run_cli("check", str(tmp_path / "missing.json")).returncode == 2
+    assert _main(capsys, "check", str(tmp_path / "missing.json")).returncode == 2  # in a process: below
     made = _make("check", f"PLAN={violating}")
     assert made.returncode == 2 and "dedicated-subnet" in made.stdout
     bad = tmp_path / "Pulumi.bad.yaml"
@@ -215,14 +215,13 @@ def test_several_stacks_render_in_worker_processes_to_the_same_plans_as_one_by_o
     assert together.stdout.index("aws-entry") < together.stdout.index("tencent-entry"), "rows in the given order"
 
 
-def test_jobs_below_one_is_refused_in_one_sentence(tmp_path):
-    result = _run_cli("plan", "--stack", "aws-entry", "--jobs", "0", "--out", str(tmp_path))
+def test_jobs_below_one_is_refused_in_one_sentence(tmp_path, capsys, monkeypatch):
+    result = _main(capsys, "plan", "--stack", "aws-entry", "--jobs", "0", "--out", str(tmp_path))
     assert result.returncode == 2 and "--jobs 0: allowed: 1 or more" in result.stderr
-    env = {**os.environ, "GPU_CLUSTER_JOBS": "two"}
-    result = subprocess.run([sys.executable, "-m", "gpu_cluster", "plan", "--stack", "aws-entry", "--out", str(tmp_path)],
-                            cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    monkeypatch.setenv("GPU_CLUSTER_JOBS", "two")
+    result = _main(capsys, "plan", "--stack", "aws-entry", "--out", str(tmp_path))
     assert result.returncode == 2 and "GPU_CLUSTER_JOBS='two': allowed: a whole number" in result.stderr
-    assert "Traceback" not in result.stderr
+    assert not list(tmp_path.iterdir()), "nothing rendered, nothing written"
 
 
 DYING_PLAN = """
