@@ -24,17 +24,17 @@ STORE = "Amazon EC2 NVMe Instance Storage"
 VOLUME = "vol-0a1b2c3d4e5f60718"
 
 # The stubs are small POSIX shell scripts (dash starts faster than bash) reading answer files written
-# from the layout, with no process of their own beyond the `cat` they exec: the scripts' wait loops
-# call them hundreds of times.
+# from the layout with the shell's own `read` (no `cat` process: the scripts' wait loops call them
+# hundreds of times).
 _LAST_ARG = 'for last; do :; done\n'
-_LSBLK = r"""#!/bin/sh
-if [ "$1" = -dnpo ]; then exec cat "$LAYOUT/disks"; fi
+_ANSWER = """answer() { while IFS= read -r line || [ -n "$line" ]; do printf '%s\\n' "$line"; done < "$1"; }
+"""
+_LSBLK = "#!/bin/sh\n" + _ANSWER + r"""if [ "$1" = -dnpo ]; then answer "$LAYOUT/disks"; exit; fi
 """ + _LAST_ARG + r"""dev=${last##*/}
 [ -d "$LAYOUT/dev/$dev" ] || exit 32
-exec cat "$LAYOUT/dev/$dev/$1_$2"
+answer "$LAYOUT/dev/$dev/$1_$2"
 """
-_BLKID = r"""#!/bin/sh
-[ "$1" = -L ] && [ -f "$LAYOUT/label/$2" ] && exec cat "$LAYOUT/label/$2"
+_BLKID = "#!/bin/sh\n" + _ANSWER + r"""[ "$1" = -L ] && [ -f "$LAYOUT/label/$2" ] && { answer "$LAYOUT/label/$2"; exit; }
 exit 2
 """
 # A mount point is marked by a .mounted file in its mirror under $LAYOUT/mounted (so a parent of a
@@ -42,20 +42,18 @@ exit 2
 _MOUNTPOINT = r"""#!/bin/sh
 """ + _LAST_ARG + r"""[ -e "$LAYOUT/mounted$last/.mounted" ]
 """
-_SYSTEMCTL = r"""#!/bin/sh
-if [ "$1" = show ]; then
-""" + _LAST_ARG + r"""  if [ -f "$LAYOUT/service/$last" ]; then exec cat "$LAYOUT/service/$last"; fi
+_SYSTEMCTL = "#!/bin/sh\n" + _ANSWER + r"""if [ "$1" = show ]; then
+""" + _LAST_ARG + r"""  if [ -f "$LAYOUT/service/$last" ]; then answer "$LAYOUT/service/$last"; exit; fi
   echo inactive
 fi
 exit 0
 """
-_CURL = r"""#!/bin/sh
-""" + _LAST_ARG + r"""case "$last" in
+_CURL = "#!/bin/sh\n" + _ANSWER + _LAST_ARG + r"""case "$last" in
   */api/token) echo token ;;
   http://169.254.169.254/latest/meta-data/tags/instance/*)
     key=${last#http://169.254.169.254/latest/meta-data/tags/instance/}
     [ -f "$LAYOUT/tag/$key" ] || exit 22
-    exec cat "$LAYOUT/tag/$key" ;;
+    answer "$LAYOUT/tag/$key" ;;
   *) exit 22 ;;
 esac
 """
