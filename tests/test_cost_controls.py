@@ -7,7 +7,6 @@ from __future__ import annotations
 import datetime
 import io
 import json
-import sys
 import zipfile
 import zoneinfo
 from pathlib import Path
@@ -468,7 +467,6 @@ def test_the_function_reads_its_configuration_from_its_package(tmp_path, monkeyp
     data = tc_controls.code_package("Asia/Shanghai", json.dumps({**CONFIG, "events": []}))
     zf.ZipFile(io.BytesIO(data)).extractall(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(sys, "dont_write_bytecode", True)  # a throwaway copy: nothing to cache
     import importlib
 
     index = importlib.import_module("index")

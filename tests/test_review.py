@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -141,10 +140,8 @@ def test_make_review_against_a_base_ref(tmp_path):
     run("git", "-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-qam", "grow the data disk")
     # The two stacks named out of their sample order; every Tencent stack carries the cost-controls package.
     only = [a for s in ("tencent-scheduled", "tencent-entry") for a in ("--stack", s)]
-    # The clone and BASE's worktree are throwaway trees: no bytecode of theirs is kept (make test's cache).
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     result = subprocess.run([sys.executable, "-m", "gpu_cluster", "review", "--base", "HEAD~1", *only, "--out",
-                             str(tmp_path / "review.md")], cwd=clone, capture_output=True, text=True, timeout=300, env=env)
+                             str(tmp_path / "review.md")], cwd=clone, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     md = (tmp_path / "review.md").read_text()
     changes = [line for line in md.splitlines() if line.startswith("| change |")]
