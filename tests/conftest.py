@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import fcntl
+import gc
 import hashlib
 import json
 import os
@@ -74,7 +75,18 @@ def rendered(stack_file: StackFile):
     key = json.dumps([stack_file.stack, str(stack_file.path), stack_file.config], sort_keys=True)
     if key not in _RENDERS:
         _RENDERS[key] = _shared_render(key, stack_file) if _SHARED else render(stack_file)
+        _keep_out_of_the_collectors_way()
     return _RENDERS[key]
+
+
+def _keep_out_of_the_collectors_way() -> None:
+    """Collect the render's garbage, then move everything alive into the collector's permanent
+    generation (gc.freeze): the renders this session keeps are otherwise walked again by every full
+    collection, which grew to a sixth of the suite's CPU as the kept heap grew (12 of 80 s). What is freed
+    later by reference counting is still freed; only a cycle among objects alive now is never collected
+    (the largest process's peak memory went from 252 to 300 MB)."""
+    gc.collect()
+    gc.freeze()
 
 
 def _shared_render(key: str, stack_file: StackFile):
