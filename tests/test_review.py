@@ -177,6 +177,7 @@ def test_a_review_of_an_unknown_stack_is_one_sentence(name, tmp_path, capsys):
     assert main(["review", "--base", "HEAD", f"--stack={name}", "--out", str(tmp_path / "r.md")]) == 2
     err = capsys.readouterr().err
     assert f"--stack {name!r}: there is no stacks/Pulumi.{name}.yaml" in err and "aws-entry, aws-large" in err
+    assert "Traceback" not in err
     assert not (tmp_path / "r.md").exists()
 
 
