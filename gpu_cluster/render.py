@@ -58,8 +58,10 @@ class Rendered:
 
     def ignore_changes(self) -> dict[str, list[str]]:
         """URN → the properties the program registers with ignore_changes (which `pulumi up` leaves as
-        they were created). A stack export has no place for them, so the report carries them."""
-        return {r.urn: sorted(r.ignore_changes) for r in self.registrations if r.custom and r.ignore_changes}
+        they were created). A stack export has no place for them, so the report carries them. By URN:
+        the order resources register in varies between runs (the SDK resolves their inputs as they come)."""
+        return dict(sorted((r.urn, sorted(r.ignore_changes)) for r in self.registrations
+                           if r.custom and r.ignore_changes))
 
 
 def _config_strings(config: Mapping[str, Any]) -> dict[str, str]:

@@ -218,6 +218,9 @@ def test_several_stacks_render_in_worker_processes_to_the_same_plans_as_one_by_o
         assert (tmp_path / "together" / f"{stack}.report.json").read_text() == (
             tmp_path / "alone" / f"{stack}.report.json").read_text()
     assert not (tmp_path / "together" / "bad.json").exists()
+    # Which resources keep properties as created: by URN, not in the order they happened to register.
+    kept = list(json.loads((tmp_path / "together" / "aws-large.report.json").read_text())["ignore_changes"])
+    assert len(kept) == 3 and kept == sorted(kept), kept
     assert together.stdout.index("aws-large") < together.stdout.index("tencent-entry"), "rows in the given order"
 
 
