@@ -109,7 +109,7 @@ def time_review(runs: int) -> dict:
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             if proc.returncode != 0:
                 raise SystemExit(f"gpu-cluster review failed:\n{proc.stderr}")
-            if i:  # the first run warms the byte-code caches of the base worktree
+            if i:  # the first run only warms the page cache: BASE's worktree is a new folder each run
                 cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
                 walls.append(wall)
                 cores.append(cpu / wall)
