@@ -38,12 +38,17 @@ LEVELS = {"advisory": analyzer_pb2.ADVISORY, "mandatory": analyzer_pb2.MANDATORY
 NAMES = {v: k for k, v in LEVELS.items()}
 
 
+def _pack_env() -> dict[str, str]:
+    """The environment of a process of the pack's own venv: nothing of the project's."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+
+
 @pytest.fixture(scope="module")
 def analyzer(tmp_path_factory):
     """A running analyzer of an isolated copy of the pack, and a stub to talk to it."""
     pack = tmp_path_factory.mktemp("pack") / "policies"
     shutil.copytree(ROOT / "policies", pack, ignore=shutil.ignore_patterns("venv", "__pycache__", "*.pyc"))
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    env = _pack_env()
     python = pack / "venv" / "bin" / "python"
     # uv (requirements-test.txt) resolves the same requirements file as `make policy-venv`'s pip, in about
     # 2 s instead of pip's 20 s of CPU; the venv gets nothing but what that file resolves to.
@@ -162,7 +167,7 @@ def test_the_pack_venv_holds_only_its_requirements(analyzer):
     out = subprocess.run([str(python), "-c", "import importlib.util as u; print([m for m in "
                           "('pulumi_aws', 'tencentcloud_iac_pulumi', 'gpu_cluster', 'components', 'rich') "
                           "if u.find_spec(m)])"], capture_output=True, text=True, check=True,
-                         cwd=python.parent.parent.parent).stdout.strip()
+                         cwd=python.parent.parent.parent, env=_pack_env()).stdout.strip()
     assert out == "[]"
 
 
