@@ -174,6 +174,25 @@ def inputs_of(plan: Plan, type_: str) -> list[dict[str, Any]]:
     return [r.inputs for r in plan.of_type(type_)]
 
 
+BOOT_USER_DATA = {"aws:ec2/launchTemplate:LaunchTemplate": "userData", "aws:ec2/instance:Instance": "userDataBase64",
+                  "tencentcloud:Instance/instance:Instance": "userData"}
+"""Where a plan carries a machine's #cloud-config: the AWS nodes' launch template, an AWS instance's own
+(the Slurm head node; the GPU nodes take the template's), each Tencent instance's own."""
+
+
+def boot_document(r) -> str:
+    """The #cloud-config machine (or launch template) `r` boots with, as cloud-init reads it."""
+    from components.cloudinit import decode
+
+    return decode(r.inputs[BOOT_USER_DATA[r.type]])
+
+
+def boot_documents(plan: Plan) -> list[tuple[Any, str]]:
+    """(resource, #cloud-config) of every boot document of `plan`, in plan order."""
+    return [(r, boot_document(r)) for r in plan.of_type(*BOOT_USER_DATA)
+            if r.type != "aws:ec2/instance:Instance" or r.inputs.get("userDataBase64")]
+
+
 def gpu_nodes(plan: Plan, type_: str) -> list:
     """The GPU nodes among the instances of `type_`: all but the Slurm head node, which the stack tags
     gpu-cluster:role=head (components/headnode.py)."""

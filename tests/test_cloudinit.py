@@ -14,7 +14,7 @@ from components.cloudinit import (APT_LOCK_DROPIN, DATA_SCRIPT, MD_DEVICE, SCRAT
                                   DataDisk, decode, render, scripts)
 from components.tencentcloud import boot as tencent_boot
 from gpu_cluster.render import SAMPLE_STACKS
-from conftest import load_yaml
+from conftest import boot_documents, load_yaml
 from tests.shellcheck import code_of, lint, representatives
 
 P5 = catalog.shape("aws", "p5.48xlarge")
@@ -162,9 +162,7 @@ def test_every_aws_boot_waits_for_the_dpkg_lock_and_nothing_bypasses_apt(stack):
     from gpu_cluster.plan import Plan
 
     plan = Plan.from_doc(slurm_rendered(stack).plan())
-    docs = [_doc(decode(plan.one("aws:ec2/launchTemplate:LaunchTemplate").inputs["userData"]))]
-    docs += [_doc(decode(r.inputs["userDataBase64"])) for r in plan.of_type("aws:ec2/instance:Instance")
-             if r.inputs.get("userDataBase64")]
+    docs = [_doc(d) for _, d in boot_documents(plan)]
     assert len(docs) == 2, "the nodes' template and the head node"
     for doc in docs:
         assert _file(doc, APT_LOCK_DROPIN) == 'DPkg::Lock::Timeout "600";\n'
@@ -190,16 +188,6 @@ def test_launch_template_user_data_is_that_document(sample_plan):
     assert {n.inputs["tags"][DATA_VOLUME_TAG] for n in nodes} == volumes
 
 
-def _boot_documents(plan) -> list[tuple[str, str]]:
-    """(machine, #cloud-config) of each boot document of a plan: the nodes' launch template (machine ""),
-    each instance's own (its name)."""
-    found = [("", decode(lt.inputs["userData"])) for lt in plan.of_type("aws:ec2/launchTemplate:LaunchTemplate")]
-    found += [(r.name, decode(r.inputs["userDataBase64"])) for r in plan.of_type("aws:ec2/instance:Instance")
-              if r.inputs.get("userDataBase64")]
-    return found + [(r.name, decode(r.inputs["userData"]))
-                    for r in plan.of_type("tencentcloud:Instance/instance:Instance")]
-
-
 def _rendered_scripts(sample_plan) -> dict[str, str]:
     """Every boot script of every sample stack (GPU nodes and Slurm head nodes), and of the variants the
     samples do not cover; each distinct script once. The Slurm scripts (under /opt/gpu-cluster) are
@@ -216,8 +204,8 @@ def _rendered_scripts(sample_plan) -> dict[str, str]:
                 out[f"{where}:{f['path']}"] = f["content"]
 
     for stack in SAMPLE_STACKS:
-        for machine, document in _boot_documents(sample_plan(stack)):
-            add(f"{stack}:{machine}" if machine else stack, document)
+        for r, document in boot_documents(sample_plan(stack)):
+            add(stack if r.type == "aws:ec2/launchTemplate:LaunchTemplate" else f"{stack}:{r.name}", document)
     variants = [boot_config(G4, "disk", PARAM, FSX_SOURCE, data_disk=True)]
     for i, boot in enumerate(variants):
         out.update({f"variant-{i}:{p}": s for p, s in scripts(boot).items()})
@@ -239,7 +227,7 @@ def test_cloud_inits_own_yaml_loader_reads_every_boot_document_as_the_tests_do(s
     read boot documents with libyaml's (conftest.load_yaml), which is faster. Both read every boot document
     of every sample stack, with and without Slurm, to the same value."""
     documents = {d for stack in SAMPLE_STACKS for plan in (sample_plan(stack), slurm_plan(stack))
-                 for _, d in _boot_documents(plan)}
+                 for _, d in boot_documents(plan)}
     assert len(documents) >= 20
     for text in documents:
         assert yaml.load(text, Loader=yaml.SafeLoader) == load_yaml(text)  # noqa: S506 - a safe loader

@@ -14,7 +14,7 @@ import pytest
 from components.cloudinit import USER_DATA_LIMIT, decode, encode, size_problem
 from components.headnode import HEAD_INSTANCE_TYPES, HEAD_HOST_OFFSET, head_address
 from components.slurm.conf import SLURMCTLD_PORT
-from conftest import gpu_nodes, head_node, render_plan, slurm_rendered, slurm_stack_with, load_yaml
+from conftest import BOOT_USER_DATA, boot_document, gpu_nodes, head_node, load_yaml, render_plan, slurm_rendered, slurm_stack_with
 from conftest import stack_with as stack_with_cluster
 from gpu_cluster.plan import Plan
 from gpu_cluster.policyrun import run_policies
@@ -37,13 +37,6 @@ def cloud(stack: str) -> str:
     return "aws" if stack.startswith("aws") else "tencentcloud"
 
 
-def user_data(r) -> str:
-    """The #cloud-config a machine boots with, as cloud-init reads it."""
-    key = {"aws:ec2/launchTemplate:LaunchTemplate": "userData", AWS_INSTANCE: "userDataBase64",
-           TC_INSTANCE: "userData"}[r.type]
-    return decode(r.inputs[key])
-
-
 def files(document: str) -> dict[str, str]:
     return {f["path"]: f["content"] for f in load_yaml(document).get("write_files", [])}
 
@@ -51,8 +44,8 @@ def files(document: str) -> dict[str, str]:
 def node_documents(plan: Plan, stack: str) -> list[str]:
     """The GPU nodes' boot documents: the one launch template (AWS) or each node's own (Tencent)."""
     if cloud(stack) == "aws":
-        return [user_data(plan.one(LT))]
-    return [user_data(n) for n in sorted(gpu_nodes(plan, TC_INSTANCE), key=lambda r: r.name)]
+        return [boot_document(plan.one(LT))]
+    return [boot_document(n) for n in sorted(gpu_nodes(plan, TC_INSTANCE), key=lambda r: r.name)]
 
 
 # ---- the munge key is in no plan ----------------------------------------------------------------------
@@ -102,7 +95,7 @@ def test_every_sample_stack_has_one_head_node_and_a_munge_secret_with_no_value(s
     assert not plan.of_type(*SECRET_VALUES), "the key is made on the head node, never by the stack"
     assert keylike(doc) == set()
     # Every boot script names the secret and reads it at boot; none carries a value.
-    scripts = [content for d in [user_data(head), *node_documents(plan, stack)]
+    scripts = [content for d in [boot_document(head), *node_documents(plan, stack)]
                for p, content in files(d).items() if p.endswith("/munge-key")]
     assert len(scripts) == 1 + len(node_documents(plan, stack))
     assert all(f"SECRET_ID='{name}-munge-key'\n" in s for s in scripts)
@@ -126,7 +119,7 @@ def test_the_key_search_finds_a_key_where_there_is_one():
 @pytest.mark.parametrize("stack", ["aws-large", "tencent-large"])
 def test_a_two_node_large_plan_declares_16_gpus_as_gres(stack, slurm_plan):
     plan = slurm_plan(stack)
-    head_files = files(user_data(head_node(plan, instance_type(stack))))
+    head_files = files(boot_document(head_node(plan, instance_type(stack))))
     conf, gres = head_files["/etc/slurm/slurm.conf"], head_files["/etc/slurm/gres.conf"]
     declared = 0
     for line in conf.splitlines():
@@ -202,7 +195,7 @@ def test_tencent_head_node_is_private_in_the_cluster_subnet_with_its_role(slurm_
     # not lift the protection (the contract's delete_refused_while; test_review.py).
     assert head["instanceChargeType"] == "POSTPAID_BY_HOUR" and head["disableApiTermination"] is False
     assert head["userDataReplaceOnChange"] is True and "hpcClusterId" not in head
-    assert load_yaml(user_data(head_node(plan, TC_INSTANCE)))["hostname"] == "tc-large-head"
+    assert load_yaml(boot_document(head_node(plan, TC_INSTANCE)))["hostname"] == "tc-large-head"
 
 
 @pytest.mark.parametrize("stack", ["aws-entry", "tencent-entry"])
@@ -227,7 +220,7 @@ def test_the_head_node_state_lives_on_its_own_protected_snapshotted_disk(slurm_p
     attached = {(a.inputs["volumeId"], a.inputs["instanceId"])
                 for a in plan.of_type("aws:ec2/volumeAttachment:VolumeAttachment")}
     assert (volume.id, head.id) in attached
-    assert "StateSaveLocation=/data/slurm/state\n" in files(user_data(head))["/etc/slurm/slurm.conf"]
+    assert "StateSaveLocation=/data/slurm/state\n" in files(boot_document(head))["/etc/slurm/slurm.conf"]
 
     tc = slurm_plan("tencent-large")
     (disk,) = [d for d in tc.of_type("tencentcloud:Cbs/storage:Storage") if d.name.endswith("-head-data")]
@@ -236,7 +229,7 @@ def test_the_head_node_state_lives_on_its_own_protected_snapshotted_disk(slurm_p
     assert disk.id in snapshots
     attach = {(a.inputs["storageId"], a.inputs["instanceId"]) for a in tc.of_type("tencentcloud:Cbs/storageAttachment:StorageAttachment")}
     assert (disk.id, head_node(tc, TC_INSTANCE).id) in attach
-    assert f"echo {disk.id}" in files(user_data(head_node(tc, TC_INSTANCE)))["/usr/local/sbin/gpu-cluster-data"]
+    assert f"echo {disk.id}" in files(boot_document(head_node(tc, TC_INSTANCE)))["/usr/local/sbin/gpu-cluster-data"]
 
 
 # ---- network and roles ------------------------------------------------------------------------------
@@ -334,7 +327,7 @@ def test_outputs_say_how_to_reach_the_head_node_and_submit_the_first_job(stack, 
         assert "tccli tat RunCommand --region ap-shanghai" in out["connect_head"]
         assert out["munge_secret"] == "tc-large-munge-key"
     # The job the output names is one the head node ships.
-    assert "/opt/gpu-cluster/jobs/nccl-allreduce.sbatch" in files(user_data(head_node(slurm_plan(stack),
+    assert "/opt/gpu-cluster/jobs/nccl-allreduce.sbatch" in files(boot_document(head_node(slurm_plan(stack),
                                                                                      instance_type(stack))))
 
 
@@ -441,8 +434,8 @@ def test_user_data_is_compressed_within_the_16_kb_limit(slurm_plan):
     assert "over the 16384-byte limit" in size_problem("A" * (USER_DATA_LIMIT + 4), "base64", "node x")
     for stack in SAMPLE_STACKS:
         plan = slurm_plan(stack)
-        for r in plan.of_type(LT, AWS_INSTANCE, TC_INSTANCE):
-            key = "userData" if r.type != AWS_INSTANCE else "userDataBase64"
+        for r in plan.of_type(*BOOT_USER_DATA):
+            key = BOOT_USER_DATA[r.type]
             if key in r.inputs:
                 assert len(r.inputs[key]) <= USER_DATA_LIMIT * 4 // 3 + 4 and decode(r.inputs[key]).startswith(
                     "#cloud-config\n"), (stack, r.name)
