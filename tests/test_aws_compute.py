@@ -132,16 +132,52 @@ def test_instance_role_is_least_privilege(sample_plan):
                       if "-compute-" in r.name)
     assert attached == ["arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore",
                         "arn:aws:iam::aws:policy/CloudWatchAgentServerPolicy"]
-    inline = [json.loads(r.inputs["policy"]) for r in plan.of_type("aws:iam/rolePolicy:RolePolicy")
-              if "-compute-" in r.name]
+    roles = {r.name: r for r in plan.of_type("aws:iam/role:Role")}
+    node_role, job_role = roles["llm-large-compute-node-role"], roles["llm-large-compute-job-role"]
+    inline = {r.name: json.loads(r.inputs["policy"]) for r in plan.of_type("aws:iam/rolePolicy:RolePolicy")
+              if "-compute-" in r.name}
     bucket_arn = plan.one("aws:s3/bucket:Bucket").outputs["arn"]
     secret_arn = plan.one("aws:secretsmanager/secret:Secret").outputs["arn"]
-    resources = {s["Resource"] for doc in inline for s in doc["Statement"]}
-    assert resources == {bucket_arn, bucket_arn + "/*", secret_arn}
-    assert not [a for doc in inline for s in doc["Statement"] for a in s["Action"] if "*" in a]
-    # The munge key: read only (the head node alone stores it).
-    assert [s["Action"] for doc in inline for s in doc["Statement"] if s["Resource"] == secret_arn] == [
-        ["secretsmanager:GetSecretValue"]]
+
+    def grants(*names):
+        return {(a, s["Resource"]) for n in names for s in inline[n]["Statement"]
+                for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
+
+    # The node role: read the munge key, assume the jobs' role; no bucket (jobs reach it through their
+    # own role, since the metadata service is closed to them).
+    assert grants("llm-large-compute-node-role-munge-key", "llm-large-compute-node-role-job-role") == {
+        ("secretsmanager:GetSecretValue", secret_arn), ("sts:AssumeRole", job_role.outputs["arn"])}
+    # The jobs' role: the checkpoint bucket only, and only the node role may assume it.
+    assert {res for _, res in grants("llm-large-compute-job-role-checkpoints")} == {bucket_arn, bucket_arn + "/*"}
+    assert json.loads(job_role.inputs["assumeRolePolicy"])["Statement"] == [
+        {"Effect": "Allow", "Principal": {"AWS": node_role.outputs["arn"]}, "Action": "sts:AssumeRole"}]
+    assert set(inline) == {"llm-large-compute-node-role-munge-key", "llm-large-compute-node-role-job-role",
+                           "llm-large-compute-job-role-checkpoints"}
+    assert not [a for a, _ in grants(*inline) if "*" in a]
+
+
+def test_every_aws_slurm_node_closes_the_metadata_service_to_jobs(sample_plan):
+    """A job that reached the node role could read the munge key and forge credentials for root on every
+    node. On every AWS sample: IMDS hop limit 1 (no container a hop away), the guard in the boot of the
+    head and every GPU node, and slurmd's TaskProlog pointing jobs at their own role's credentials."""
+    from conftest import boot_documents, load_yaml
+
+    for stack in ("aws-entry", "aws-mid", "aws-large", "aws-reserved", "aws-scheduled"):
+        plan = sample_plan(stack)
+        machines = [*plan.of_type("aws:ec2/launchTemplate:LaunchTemplate"), *plan.of_type("aws:ec2/instance:Instance")]
+        assert machines and all(m.inputs["metadataOptions"]["httpPutResponseHopLimit"] == 1 for m in machines), stack
+        docs = [load_yaml(text) for _, text in boot_documents(plan)]
+        assert len(docs) == 2, stack  # the launch template's and the head node's
+        for doc in docs:
+            paths = {f["path"] for f in doc["write_files"]}
+            assert "/opt/gpu-cluster/bin/metadata-guard" in paths, stack
+        node_doc = next(d for d in docs if any(f["path"].endswith("/node-setup") for f in d["write_files"]))
+        head_doc = next(d for d in docs if d is not node_doc)
+        conf = next(f["content"] for f in head_doc["write_files"] if f["path"] == "/etc/slurm/slurm.conf")
+        assert "TaskProlog=/opt/gpu-cluster/bin/task-prolog\n" in conf, stack
+        job = next(f["content"] for f in node_doc["write_files"] if f["path"] == "/opt/gpu-cluster/bin/job-credentials")
+        job_role = next(r for r in plan.of_type("aws:iam/role:Role") if r.name.endswith("-compute-job-role"))
+        assert f"JOB_ROLE='{job_role.outputs['arn']}'" in job, stack
 
 
 def test_critical_mixed_protects_only_the_on_demand_node(render_cluster):

@@ -5,6 +5,7 @@ linted (shellcheck, bash -n) and exercised against stub tools. Fast: no daemons 
 from __future__ import annotations
 
 import base64
+import json
 import importlib
 import re
 import shutil
@@ -237,9 +238,11 @@ def _run(path: Path, script: str, env, *args, timeout=60):
     return subprocess.run([str(path), *args], env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def _health(node, **state):
+def _health(node, guard=True, **state):
     c, env, st, root = node
     write_state(st, **state)
+    if guard:  # as at boot: the guard's unit runs before node-setup and slurmd
+        assert _run(root / "bin/metadata-guard", scripts.metadata_guard_script(c), env).returncode == 0
     _run(root / "bin/node-identity", scripts.node_identity_script(c), env)
     _run(Path(c.paths.bin) / "health-gate", scripts.health_gate_script(c), env)
     r = _run(root / "bin/node-health", scripts.node_health_script(c), env)
@@ -512,3 +515,100 @@ def test_the_head_node_waits_for_data_longer_than_the_disk_unit_does(stack):
     disk_wait = int(re.search(r"^WAIT='?(\d+)'?$", data, re.M).group(1))
     unit_timeout = int(re.search(r"^TimeoutStartSec=(\d+)$", unit, re.M).group(1))
     assert head_wait > max(disk_wait, unit_timeout), (head_wait, disk_wait, unit_timeout)
+
+
+# --- jobs cannot reach the munge key -------------------------------------------------------------------
+METADATA_JUMP = f"-d 169.254.169.254/32 -j {scripts.METADATA_GUARD_CHAIN}"
+
+
+def test_the_guard_lets_only_root_reach_the_metadata_service_and_is_idempotent(node):
+    c, env, st, root = node
+    guard = scripts.metadata_guard_script(c)
+    for _ in range(2):  # every boot runs it again
+        r = _run(root / "bin/metadata-guard", guard, env)
+        assert r.returncode == 0, r.stderr
+    assert (st / "output-rules").read_text() == METADATA_JUMP + "\n", "one jump, however often it runs"
+    chain = [line for line in (st / "iptables.log").read_text().splitlines()
+             if f"-A {scripts.METADATA_GUARD_CHAIN} " in line]
+    assert chain[:2] == [f"iptables -w -A {scripts.METADATA_GUARD_CHAIN} -m owner --uid-owner 0 -j RETURN",
+                         f"iptables -w -A {scripts.METADATA_GUARD_CHAIN} -j REJECT"]
+    # Root still reads the metadata; a job (nobody) does not, nor the secret through the role.
+    ask = ["curl", "-fsS", "-X", "PUT", "http://169.254.169.254/latest/api/token"]
+    as_root = subprocess.run(ask, env=env, capture_output=True, text=True)
+    as_job = subprocess.run(["setpriv", f"--reuid={scripts.NOBODY_UID}", "--", *ask], env=env,
+                            capture_output=True, text=True)
+    assert as_root.returncode == 0 and as_job.returncode == 7, (as_root.stderr, as_job.stderr)
+
+
+def test_health_fails_while_the_metadata_service_answers_a_job(node):
+    r, status = _health(node, guard=False)
+    assert r.returncode == 1 and "the metadata service answers a non-root user" in status, status
+    r, status = _health(node)
+    assert r.returncode == 0 and status == "PASS\n", status + r.stderr
+    assert "ok: metadata service closed to non-root users" in r.stdout
+
+
+@pytest.fixture
+def job_node(node):
+    c, env, st, root = node
+    c = cluster(nodes=2, purchase="spot", scratch=True, lustre=True, data_disk=True, paths=c.paths,
+                job_credentials=True, job_role="arn:aws:iam::123456789012:role/llm-compute-job-role-1")
+    return c, env, st, root
+
+
+def test_jobs_get_their_own_roles_credentials_through_the_aws_config(job_node):
+    c, env, st, root = job_node
+    r = _run(root / "bin/job-credentials", scripts.job_credentials_script(c), env)
+    assert r.returncode == 0, r.stderr
+    assert "sts assume-role --region us-east-1 --role-arn arn:aws:iam::123456789012:role/llm-compute-job-role-1 " \
+           "--role-session-name llm-jobs --duration-seconds 3600" in (st / "aws.log").read_text()
+    creds = Path(c.paths.job_credentials_file)
+    answer = json.loads(creds.read_text())
+    assert answer["Version"] == 1 and answer["AccessKeyId"] == "ASIASTUBJOBS" and answer["Expiration"]
+    assert oct(creds.stat().st_mode & 0o777) == "0o644"  # every job on the node reads them
+    config = Path(c.paths.job_aws_config).read_text()
+    assert config == f"[default]\nregion = us-east-1\ncredential_process = /bin/cat {creds}\n"
+    # The health check sees them, with time left; a node whose renewal stopped is drained.
+    r, status = _health((c, env, st, root))
+    assert r.returncode == 0 and status == "PASS\n", status + r.stderr
+    answer["Expiration"] = "2026-01-01T00:00:00+00:00"
+    creds.write_text(json.dumps(answer))
+    r, status = _health((c, env, st, root))
+    assert r.returncode == 1 and "jobs' credentials in" in status, status
+
+
+def test_the_task_prolog_points_tasks_at_the_jobs_config_unless_they_name_their_own(job_node):
+    c, env, st, root = job_node
+    path = root / "bin/task-prolog"
+    r = _run(path, scripts.task_prolog_script(c), {k: v for k, v in env.items() if k != "AWS_CONFIG_FILE"})
+    assert r.returncode == 0 and r.stdout == f"export AWS_CONFIG_FILE={c.paths.job_aws_config}\n", r.stderr
+    r = subprocess.run([str(path)], env=dict(env, AWS_CONFIG_FILE="/home/me/.aws/config"), capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout == ""
+    assert f"TaskProlog={c.paths.bin}/task-prolog\n" in slurm_conf(c)
+    assert "TaskProlog" not in slurm_conf(cluster())
+
+
+def test_a_node_without_its_job_role_is_refused():
+    with pytest.raises(ValueError, match="job credentials need a job role"):
+        node_boot_parts(cluster(job_credentials=True))
+
+
+@pytest.mark.parametrize("cloud_shape", [P5, catalog.shape("tencentcloud", "HCCPNV6.96XLARGE2304")])
+def test_slurm_waits_for_the_guard_on_every_node_and_the_head(cloud_shape):
+    c = cluster(shape=cloud_shape, region="ap-shanghai" if cloud_shape.cloud == "tencentcloud" else "us-east-1")
+    idx = None if cloud_shape.cloud == "aws" else 0
+    parts = node_boot_parts(c, idx)
+    head = head_boot_config(c, data_disk=DISK)
+    for files, daemon in ((parts.files, "slurmd"), (head.files, "slurmctld")):
+        by_path = {f["path"]: f["content"] for f in files}
+        dropin = by_path[f"/etc/systemd/system/{daemon}.service.d/gpu-cluster.conf"]
+        assert "gpu-cluster-metadata-guard.service" in dropin.split("Requires=")[1].splitlines()[0]
+        unit = by_path["/etc/systemd/system/gpu-cluster-metadata-guard.service"]
+        assert "Before=network-pre.target" in unit and "WantedBy=multi-user.target" in unit
+        guard = by_path["/opt/gpu-cluster/bin/metadata-guard"]
+        ip = "169.254.169.254" if cloud_shape.cloud == "aws" else "169.254.0.23"
+        assert f"METADATA_IP='{ip}'" in guard
+    for commands in (parts.commands, head.commands):
+        started = [cmd[-1] for cmd in commands if cmd[:3] == ("systemctl", "enable", "--now")]
+        assert started[0] == "gpu-cluster-metadata-guard.service", "the guard first, before anything of Slurm's"
+    assert "iptables" in parts.packages and "iptables" in head.packages

@@ -412,8 +412,11 @@ def test_scheduler_none_leaves_the_gpu_nodes_as_they_were_and_drops_the_head_nod
                      "ml-entry-head-role-cloudwatch", "ml-entry-head-role-munge-key", "ml-entry-head-profile",
                      "ml-entry-head-instance", "ml-entry-head-data-attachment", "ml-entry-storage-head-data",
                      "ml-entry-compute-node-role-munge-key", "ml-entry-monitoring-node-0-unhealthy",
-                     "ml-entry-monitoring-head-status"}
-    assert {r.name for r in without.custom()} <= {r.name for r in with_slurm.custom()}
+                     "ml-entry-monitoring-head-status", "ml-entry-compute-job-role",
+                     "ml-entry-compute-job-role-checkpoints", "ml-entry-compute-node-role-job-role"}
+    # Without Slurm the metadata service stays open, and the node role itself reads the bucket.
+    assert {r.name for r in without.custom()} - {r.name for r in with_slurm.custom()} == {
+        "ml-entry-compute-node-role-checkpoints"}
 
 
 # ---- the pure pieces --------------------------------------------------------------------------------

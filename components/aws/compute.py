@@ -14,6 +14,7 @@ exactly (node 0 on-demand, the rest spot).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from dataclasses import dataclass
 from typing import Literal, Mapping, Optional, Sequence
@@ -105,6 +106,28 @@ def offering_in_zone(offering_id: str, offering_zone: str, zone: str) -> str:
         raise pulumi.RunError(f"the Capacity Block offered for these dates is in {offering_zone}, not the cluster's zone "
                               f"{zone}; set cluster.zone: {offering_zone} or choose another capacity.start_date")
     return offering_id
+
+
+def checkpoint_policy(bucket_arn: pulumi.Input[str]) -> pulumi.Output[str]:
+    """Read and write the checkpoint bucket's objects, and list them."""
+    return policy_output([
+        {"Sid": "ListCheckpoints", "Effect": "Allow",
+         "Action": ["s3:ListBucket", "s3:GetBucketLocation", "s3:ListBucketMultipartUploads"],
+         "Resource": bucket_arn},
+        {"Sid": "ReadWriteCheckpoints", "Effect": "Allow",
+         "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload",
+                    "s3:ListMultipartUploadParts"],
+         "Resource": pulumi.Output.concat(bucket_arn, "/*")},
+    ])
+
+
+def hop_limit(slurm: bool) -> int:
+    """IMDS hop limit. With Slurm, 1: a container in its own network namespace (Docker's bridge) is one
+    hop further and gets no IMDSv2 token (EC2 user guide, "Instance metadata options": the PUT
+    response's hop limit), and the owner-match guard sees only the node's own sockets. Without a
+    scheduler there is no munge key to protect and 2 lets such containers reach the node's role (the
+    checkpoint bucket), as the EC2 user guide recommends for containers."""
+    return 1 if slurm else 2
 
 
 def market(purchase: str, index: int) -> Market:
@@ -212,10 +235,11 @@ class Compute(pulumi.ComponentResource):
             instance_type=offered,
             update_default_version=True,
             iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(arn=profile.arn),
-            # IMDSv2 only (CKV_AWS_79, FSBP EC2.8); hop limit 2 lets containers on the node reach it.
-            # Instance tags in the metadata: a node reads its data volume id from them (boot.py).
+            # IMDSv2 only (CKV_AWS_79, FSBP EC2.8); the hop limit: hop_limit(). Instance tags in the
+            # metadata: a node reads its data volume id from them (boot.py).
             metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
-                http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=2,
+                http_endpoint="enabled", http_tokens="required",
+                http_put_response_hop_limit=hop_limit(args.slurm is not None),
                 instance_metadata_tags="enabled"),
             block_device_mappings=self._block_devices(args, root_device),
             network_interfaces=[
@@ -239,7 +263,7 @@ class Compute(pulumi.ComponentResource):
             # own `monitoring` every time (terraform-provider-aws ec2_instance.go buildInstanceOpts), which
             # overrides the template's. Basic 5-minute EC2 metrics serve: the alarms watch the status checks
             # (1-minute at no charge) and the CloudWatch agent's GPU metrics (components/aws/monitoring.py).
-            user_data=self._user_data(name, args, cloudwatch_parameter),
+            user_data=self._user_data(name, args, cloudwatch_parameter, self.job_role_arn),
             tag_specifications=[
                 aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type=kind, tags=tagged(args.tags, f"{name}-node"))
                 for kind in ("instance", "volume", "network-interface")
@@ -349,8 +373,10 @@ class Compute(pulumi.ComponentResource):
 
     def _instance_role(self, name: str, args: ComputeArgs,
                        child: pulumi.ResourceOptions) -> tuple[aws.iam.Role, aws.iam.InstanceProfile]:
-        """Least privilege: SSM core (sessions, no SSH keys), the CloudWatch agent, the checkpoint bucket,
-        and with Slurm reading (only reading) the munge-key secret."""
+        """Least privilege: SSM core (sessions, no SSH keys), the CloudWatch agent, and with Slurm reading
+        (only reading) the munge-key secret. The checkpoint bucket: on the node role without Slurm; with
+        Slurm the metadata service is closed to jobs (components/slurm metadata-guard), so the bucket is
+        the jobs' own role's (self.job_role_arn), which only the node role may assume."""
         role_name = f"{name}-node-role"
         role = aws.iam.Role(role_name, assume_role_policy=assume_role_policy("ec2.amazonaws.com"),
                             description=f"GPU nodes of {args.cluster_name}", tags=tagged(args.tags, role_name), opts=child)
@@ -361,19 +387,26 @@ class Compute(pulumi.ComponentResource):
         if args.munge_secret_arn is not None:
             grants.append(aws.iam.RolePolicy(f"{name}-node-role-munge-key", role=role.id,
                                              policy=munge_policy(args.munge_secret_arn, write=False), opts=child))
-        if args.bucket_arn is not None:
-            aws.iam.RolePolicy(
-                f"{name}-node-role-checkpoints", role=role.id,
-                policy=policy_output([
-                    {"Sid": "ListCheckpoints", "Effect": "Allow",
-                     "Action": ["s3:ListBucket", "s3:GetBucketLocation", "s3:ListBucketMultipartUploads"],
-                     "Resource": args.bucket_arn},
-                    {"Sid": "ReadWriteCheckpoints", "Effect": "Allow",
-                     "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload",
-                                "s3:ListMultipartUploadParts"],
-                     "Resource": pulumi.Output.concat(args.bucket_arn, "/*")},
-                ]),
-                opts=child)
+        self.job_role_arn = None
+        if args.bucket_arn is not None and args.slurm is not None:
+            job_role_name = f"{name}-job-role"
+            # Trusts the node role only (IAM user guide, "IAM JSON policy elements: Principal", role
+            # principals); the node role is allowed to assume it and nothing else of STS's.
+            job_role = aws.iam.Role(
+                job_role_name, description=f"Jobs on the GPU nodes of {args.cluster_name}: the checkpoint bucket",
+                assume_role_policy=policy_output([{"Effect": "Allow", "Principal": {"AWS": role.arn},
+                                                   "Action": "sts:AssumeRole"}]),
+                tags=tagged(args.tags, job_role_name), opts=child)
+            aws.iam.RolePolicy(f"{name}-job-role-checkpoints", role=job_role.id,
+                               policy=checkpoint_policy(args.bucket_arn), opts=child)
+            grants.append(aws.iam.RolePolicy(
+                f"{name}-node-role-job-role", role=role.id,
+                policy=policy_output([{"Sid": "JobCredentials", "Effect": "Allow", "Action": "sts:AssumeRole",
+                                       "Resource": job_role.arn}]), opts=child))
+            self.job_role_arn = job_role.arn
+        elif args.bucket_arn is not None:
+            aws.iam.RolePolicy(f"{name}-node-role-checkpoints", role=role.id,
+                               policy=checkpoint_policy(args.bucket_arn), opts=child)
         profile_name = f"{name}-node-profile"
         # After the secret grant: a node reads the munge key at first boot, and AccessDenied stops it.
         profile = aws.iam.InstanceProfile(profile_name, role=role.name, tags=tagged(args.tags, profile_name),
@@ -393,14 +426,20 @@ class Compute(pulumi.ComponentResource):
         return devices
 
     @staticmethod
-    def _user_data(name: str, args: ComputeArgs, cloudwatch_parameter: str) -> pulumi.Output[str]:
+    def _user_data(name: str, args: ComputeArgs, cloudwatch_parameter: str,
+                   job_role_arn: Optional[pulumi.Output[str]]) -> pulumi.Output[str]:
         """cloud-init as data, gzip and base64 for the launch template (components/cloudinit.py encode:
         with Slurm the document is over EC2's 16 KB). Only rendering happens inside apply() (no resources
         are created there, so previews stay complete)."""
-        def document(lustre_source: Optional[str], slurm: Optional[SlurmCluster]) -> str:
+        def document(lustre_source: Optional[str], slurm: Optional[SlurmCluster], job_role: Optional[str]) -> str:
             boot = boot_config(args.shape, args.scratch, cloudwatch_parameter, lustre_source,
                                data_disk=bool(args.data_volume_ids), image_scratch=args.image_id is None)
             if slurm is not None:
+                if slurm.job_credentials != (job_role is not None):
+                    # slurm.conf (on the head node) names task-prolog exactly when the nodes install it.
+                    raise ValueError(f"the Slurm input says job_credentials={slurm.job_credentials}, but the "
+                                     f"nodes {'have' if job_role else 'have no'} job role")
+                slurm = dataclasses.replace(slurm, job_role=job_role or "")
                 boot = with_slurm(boot, node_boot_parts(slurm))
             encoded = encode(render(boot))
             problem = size_problem(encoded, "raw", f"the GPU nodes of {args.cluster_name}")
@@ -410,7 +449,7 @@ class Compute(pulumi.ComponentResource):
 
         lustre = (pulumi.Output.concat(args.lustre_dns_name, "@tcp:/", args.lustre_mount_name)
                   if args.lustre_dns_name is not None and args.lustre_mount_name is not None else None)
-        return pulumi.Output.all(lustre, args.slurm).apply(lambda v: document(v[0], v[1]))
+        return pulumi.Output.all(lustre, args.slurm, job_role_arn).apply(lambda v: document(v[0], v[1], v[2]))
 
     def _node(self, name: str, index: int, args: ComputeArgs, template: aws.ec2.LaunchTemplate,
               data_volume: Optional[pulumi.Input[str]]) -> aws.ec2.Instance:
@@ -453,7 +492,8 @@ class Compute(pulumi.ComponentResource):
             # Spot nodes are reclaimed whatever the flag says; EC2 refuses termination protection on them.
             disable_api_termination=args.termination_protection and how == "on_demand",
             metadata_options=aws.ec2.InstanceMetadataOptionsArgs(
-                http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=2,
+                http_endpoint="enabled", http_tokens="required",
+                http_put_response_hop_limit=hop_limit(args.slurm is not None),
                 instance_metadata_tags="enabled"),
             root_block_device=aws.ec2.InstanceRootBlockDeviceArgs(
                 volume_size=args.root_gb, volume_type="gp3", encrypted=True, delete_on_termination=True),

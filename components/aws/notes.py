@@ -77,13 +77,16 @@ def slurm_notes(spec: "ClusterSpec") -> list[str]:
     """What scheduler: slurm adds on AWS (components/aws/head.py)."""
     if spec.scheduler != "slurm":
         return []
+    jobs_bucket = (f"; jobs reach the checkpoint bucket with the role {spec.name}-compute-job-role's credentials, "
+                   f"renewed by root every 15 minutes" if spec.storage.checkpoint_bucket else "")
     return [
         f"scheduler: slurm — a head node ({HEAD_INSTANCE_TYPES['aws']}, on demand, Canonical's Ubuntu 24.04 like the "
         f"GPU nodes' Deep Learning AMI) runs slurmctld at the cluster subnet's host {HEAD_HOST_OFFSET} (stack output "
         f"head_address), its state on its own {HEAD_DATA_GB} GB volume, snapshotted with the data volumes. The munge "
         f"key is made by the head node at its first boot and kept in the Secrets Manager secret {spec.name}-munge-key: "
-        f"no plan, state or user data holds it. First job: `aws ssm start-session --target <head_node_id>`, then "
-        f"`sudo sbatch /opt/gpu-cluster/jobs/{FIRST_JOB}` (stack outputs connect_head, submit_job)",
+        f"no plan, state or user data holds it. Only root reaches the metadata service (and so the node role and the "
+        f"key) on the head and GPU nodes{jobs_bucket}. First job: `aws ssm start-session --target <head_node_id>`, "
+        f"then `sudo sbatch /opt/gpu-cluster/jobs/{FIRST_JOB}` (stack outputs connect_head, submit_job)",
         "scheduler: slurm — cloud-init writes slurm.conf only at a machine's first boot, so a change of the Slurm "
         "configuration (nodes, purchase, /lustre) replaces the head node: a few minutes without scheduling while the "
         "new one boots at the same address with the same state volume; running jobs keep running. GPU nodes keep "

@@ -22,12 +22,17 @@ from components.slurm import jobs, scripts
 from components.slurm.clouds import ops
 from components.slurm.conf import SlurmCluster, cgroup_conf, gres_conf, slurm_conf
 
-HEAD_PACKAGES = ("slurmctld", "slurm-client", "munge")
-NODE_PACKAGES = ("slurmd", "slurm-client", "munge", "fio")
+HEAD_PACKAGES = ("slurmctld", "slurm-client", "munge", "iptables")
+NODE_PACKAGES = ("slurmd", "slurm-client", "munge", "fio", "iptables")
+"""iptables for the metadata guard (Ubuntu noble main: packages.ubuntu.com/noble/iptables); setpriv,
+which the health check uses, is util-linux, which every Ubuntu has (Priority: required)."""
 
 NODE_SETUP_UNIT = "gpu-cluster-node-setup.service"
 HEAD_SETUP_UNIT = "gpu-cluster-head-setup.service"
 SPOT_WATCH_UNIT = "gpu-cluster-spot-watch.service"
+GUARD_UNIT = "gpu-cluster-metadata-guard.service"
+JOB_CREDENTIALS_SERVICE = "gpu-cluster-job-credentials.service"
+JOB_CREDENTIALS_TIMER = "gpu-cluster-job-credentials.timer"
 RECHECK_SERVICE = "gpu-cluster-health-recheck.service"
 RECHECK_TIMER = "gpu-cluster-health-recheck.timer"
 RECHECK_FIRST_MIN = 30
@@ -54,16 +59,54 @@ WantedBy=multi-user.target
 
 # Drop-in for the packaged slurmd.service: configless nodes have no /etc/slurm/slurm.conf, so the
 # unit's ConditionPathExists is reset (an empty assignment resets the list, systemd.unit(5)); and
-# slurmd waits for node-setup (identity, munge key, health result). Delegate=yes, which cgroup/v2
-# needs, is already in the packaged unit.
+# slurmd waits for node-setup (identity, munge key, health result) and for the metadata guard: no
+# job runs while the metadata service is open to it. Delegate=yes, which cgroup/v2 needs, is already
+# in the packaged unit.
 _SLURMD_DROPIN = """[Unit]
 ConditionPathExists=
-Requires={setup}
-After={setup}
+Requires={setup} {guard}
+After={setup} {guard}
 """
 _SLURMCTLD_DROPIN = """[Unit]
-Requires={setup}
-After={setup}
+Requires={setup} {guard}
+After={setup} {guard}
+"""
+# Early on every boot, before the network is up (network-pre.target, systemd.special(7)) and so
+# before any login or job; on the first boot cloud-init starts it before anything else of Slurm's.
+_GUARD_UNIT = """[Unit]
+Description=Close the instance metadata service to every user but root (gpu-cluster)
+DefaultDependencies=no
+Wants=network-pre.target
+Before=network-pre.target shutdown.target
+After=local-fs.target
+Conflicts=shutdown.target
+
+[Service]
+Type=oneshot
+ExecStart={exec}
+RemainAfterExit=yes
+
+[Install]
+WantedBy=multi-user.target
+"""
+_JOB_CREDENTIALS_UNIT = """[Unit]
+Description=Renew the jobs' AWS credentials (gpu-cluster)
+Wants=network-online.target
+After=network-online.target
+
+[Service]
+Type=oneshot
+ExecStart={exec}
+"""
+_JOB_CREDENTIALS_TIMER_UNIT = """[Unit]
+Description=Renew the jobs' AWS credentials every {every} min (gpu-cluster)
+
+[Timer]
+OnBootSec={every}min
+OnUnitActiveSec={every}min
+
+[Install]
+WantedBy=timers.target
 """
 _SPOT_UNIT = """[Unit]
 Description=Requeue Slurm jobs on a spot interruption notice (gpu-cluster)
@@ -104,6 +147,23 @@ def _file(path: str, content: str, mode: str = "0644") -> dict:
     return {"path": path, "permissions": mode, "owner": "root:root", "content": content, "defer": True}
 
 
+def _guard_files(c: SlurmCluster) -> list[dict]:
+    return [_file(f"{c.paths.bin}/metadata-guard", scripts.metadata_guard_script(c), "0755"),
+            _file(f"{SYSTEMD}/{GUARD_UNIT}", _GUARD_UNIT.format(exec=f"{c.paths.bin}/metadata-guard"))]
+
+
+def _job_credential_files(c: SlurmCluster) -> list[dict]:
+    """The jobs' own credentials (GPU nodes): the renewal script, its timer and slurmd's TaskProlog."""
+    if not c.job_credentials:
+        return []
+    b = c.paths.bin
+    return [_file(f"{b}/job-credentials", scripts.job_credentials_script(c), "0755"),
+            _file(f"{b}/task-prolog", scripts.task_prolog_script(c), "0755"),
+            _file(f"{SYSTEMD}/{JOB_CREDENTIALS_SERVICE}", _JOB_CREDENTIALS_UNIT.format(exec=f"{b}/job-credentials")),
+            _file(f"{SYSTEMD}/{JOB_CREDENTIALS_TIMER}",
+                  _JOB_CREDENTIALS_TIMER_UNIT.format(every=scripts.JOB_CREDENTIALS_EVERY_MIN))]
+
+
 def _job_files(c: SlurmCluster) -> list[dict]:
     return [_file(f"{c.paths.jobs}/{name}", body, "0755" if name.endswith(".sbatch") else "0644")
             for name, body in jobs.jobs(c).items()]
@@ -129,6 +189,7 @@ def node_boot_parts(c: SlurmCluster, node_index: Optional[int] = None) -> BootPa
     from the gpu-cluster:node tag); the node's index when each node has its own (Tencent)."""
     o, b = ops(c.cloud), c.paths.bin
     files = [
+        *_guard_files(c),
         _file(f"{b}/node-identity", scripts.node_identity_script(c, node_index), "0755"),
         _file(f"{b}/munge-key", scripts.munge_key_script(c, "node"), "0755"),
         _file(f"{b}/node-health", scripts.node_health_script(c), "0755"),
@@ -140,15 +201,19 @@ def node_boot_parts(c: SlurmCluster, node_index: Optional[int] = None) -> BootPa
         _file(f"{SYSTEMD}/{RECHECK_TIMER}", _RECHECK_TIMER_UNIT.format(first=RECHECK_FIRST_MIN, every=RECHECK_EVERY_MIN)),
         _file(f"{SYSTEMD}/{NODE_SETUP_UNIT}", _SETUP_UNIT.format(
             description="Join the Slurm cluster", before="slurmd.service", exec=f"{b}/node-setup")),
-        _file(f"{SYSTEMD}/slurmd.service.d/gpu-cluster.conf", _SLURMD_DROPIN.format(setup=NODE_SETUP_UNIT)),
+        _file(f"{SYSTEMD}/slurmd.service.d/gpu-cluster.conf",
+              _SLURMD_DROPIN.format(setup=NODE_SETUP_UNIT, guard=GUARD_UNIT)),
         _file(f"{SYSTEMD}/{SPOT_WATCH_UNIT}", _SPOT_UNIT.format(exec=f"{b}/spot-watch")),
+        *_job_credential_files(c),
         *_job_files(c),
     ]
     commands = (("systemctl", "daemon-reload"),
+                ("systemctl", "enable", "--now", GUARD_UNIT),
                 ("systemctl", "enable", "--now", NODE_SETUP_UNIT),
                 ("systemctl", "enable", "--now", "slurmd.service"),
                 ("systemctl", "enable", "--now", SPOT_WATCH_UNIT),
-                ("systemctl", "enable", "--now", RECHECK_TIMER))
+                ("systemctl", "enable", "--now", RECHECK_TIMER),
+                *((("systemctl", "enable", "--now", JOB_CREDENTIALS_TIMER),) if c.job_credentials else ()))
     return BootParts(packages=NODE_PACKAGES + o.node_packages, files=tuple(files), commands=commands)
 
 
@@ -170,7 +235,9 @@ def head_files(c: SlurmCluster) -> tuple[dict, ...]:
         _file(f"{b}/head-setup", scripts.head_setup_script(c), "0755"),
         _file(f"{SYSTEMD}/{HEAD_SETUP_UNIT}", _SETUP_UNIT.format(
             description="Prepare slurmctld", before="slurmctld.service", exec=f"{b}/head-setup")),
-        _file(f"{SYSTEMD}/slurmctld.service.d/gpu-cluster.conf", _SLURMCTLD_DROPIN.format(setup=HEAD_SETUP_UNIT)),
+        _file(f"{SYSTEMD}/slurmctld.service.d/gpu-cluster.conf",
+              _SLURMCTLD_DROPIN.format(setup=HEAD_SETUP_UNIT, guard=GUARD_UNIT)),
+        *_guard_files(c),
         *_job_files(c),
     )
 
@@ -191,6 +258,7 @@ def head_boot_config(c: SlurmCluster, *, lustre: Optional[LustreMount] = None, d
         packages=HEAD_PACKAGES + ops(c.cloud).head_packages,
         files=head_files(c),
         commands=(("systemctl", "daemon-reload"),
+                  ("systemctl", "enable", "--now", GUARD_UNIT),
                   ("systemctl", "enable", "--now", HEAD_SETUP_UNIT),
                   ("systemctl", "enable", "--now", "slurmctld.service")),
         hostname=c.head_name,

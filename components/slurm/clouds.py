@@ -59,6 +59,14 @@ class CloudOps:
     any other failure is an error, never a reason to make a new key)."""
     secret_put: tuple[str, ...]
     metric_put: tuple[str, ...]
+    metadata_ipv4: str
+    """The metadata service's IPv4 address, which the metadata guard (scripts.metadata_guard_script)
+    closes to every user but root: it hands out the instance role's credentials, and with them the
+    munge key."""
+    job_credentials: tuple[str, ...] | None = None
+    """Prints temporary credentials of the jobs' own role (JOB_ROLE) as JSON with AccessKeyId,
+    SecretAccessKey, SessionToken and Expiration; None: this cloud gives jobs no role of their own
+    (they reach nothing in the cloud that the stack grants)."""
     head_packages: tuple[str, ...] = ()
     node_packages: tuple[str, ...] = ()
     cli_setup: tuple[tuple[str, ...], ...] = ()
@@ -85,6 +93,17 @@ AWS = CloudOps(
     metric_put=("aws", "cloudwatch", "put-metric-data", "--region", "$REGION",
                 "--namespace", "$METRIC_NAMESPACE", "--metric-name", "$METRIC_NAME",
                 "--unit", "Count", "--value", "$METRIC_VALUE", "--dimensions", "$METRIC_DIMENSIONS"),
+    # The IMDS IPv4 address (EC2 user guide, "Access instance metadata for an EC2 instance":
+    # 169.254.169.254). The IPv6 endpoint (fd00:ec2::254) answers only when http_protocol_ipv6 is
+    # enabled, which no instance here sets (the provider's default is disabled).
+    metadata_ipv4="169.254.169.254",
+    # Jobs reach the checkpoint bucket through a role of their own, assumed by root with the node's
+    # role (STS AssumeRole; a role assumed with an instance role's credentials is role chaining, at
+    # most 1 hour: IAM user guide, "Methods to assume a role"). --query Credentials prints
+    # AccessKeyId, SecretAccessKey, SessionToken and Expiration (STS API reference, AssumeRole).
+    job_credentials=("aws", "sts", "assume-role", "--region", "$REGION", "--role-arn", "$JOB_ROLE",
+                     "--role-session-name", "$SESSION_NAME", "--duration-seconds", "$DURATION_S",
+                     "--query", "Credentials", "--output", "json"),
     # Ubuntu 24.04 has no awscli package; where the image carries no `aws`, the AWS CLI v2 snap AWS
     # documents ("sudo snap install aws-cli --classic": AWS CLI user guide, "Installing or updating to
     # the latest version of the AWS CLI", Snap package) — Ubuntu server images ship snapd. snapd refuses
@@ -118,6 +137,12 @@ TENCENTCLOUD = CloudOps(
     # metric can still be alarmed on.
     metric_put=(TCCLI, "monitor", "PutMonitorData", "--region", "$REGION", "--use-cvm-role",
                 "--Metrics", "$METRIC_JSON", "--AnnounceInstance", "$INSTANCE_ID"),
+    # metadata.tencentyun.com's address, as Tencent's own clients call it (DataDog/datadog-agent
+    # pkg/util/cloudproviders/tencent/tencent.go: metadataURL "http://169.254.0.23"); the instance role's
+    # keys are served there without a token (cam/security-credentials/<role>, Tencent CVM docs,
+    # "Querying Instance Metadata", intl.cloud.tencent.com/document/product/213/4934). The GPU node's
+    # health check proves it closed by the host name (node-health), so a moved address drains the node.
+    metadata_ipv4="169.254.0.23",
     head_packages=("python3-venv",),
     node_packages=("python3-venv",),
     cli_setup=(

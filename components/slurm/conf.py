@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from components.catalog import Cloud, Shape
+from components.slurm.clouds import ops
 from components.spec import Purchase, node_is_spot
 
 SLURMCTLD_PORT = 6817
@@ -79,6 +80,16 @@ class Paths:
     def health_status_file(self) -> str:
         return f"{self.state}/health"
 
+    @property
+    def job_credentials_file(self) -> str:
+        """The jobs' role's temporary credentials, as a credential_process answer (0644)."""
+        return f"{self.state}/job-credentials.json"
+
+    @property
+    def job_aws_config(self) -> str:
+        """The AWS config every task is pointed at (AWS_CONFIG_FILE, by task-prolog)."""
+        return f"{self.etc}/aws-config"
+
 
 @dataclass(frozen=True)
 class SlurmCluster:
@@ -105,6 +116,12 @@ class SlurmCluster:
     state_dir: str = DEFAULT_STATE_DIR
     munge_secret_version: str = "munge-key-v1"
     """Tencent SSM version id of the key (SSM reads need one); unused on AWS."""
+    job_credentials: bool = False
+    """Jobs get temporary credentials of a role of their own (the checkpoint bucket), since the metadata
+    service, and so the instance role, is closed to them: slurm.conf names task-prolog, and the GPU
+    nodes renew the credentials (components/slurm/scripts.py job-credentials)."""
+    job_role: str = ""
+    """That role's id for the GPU nodes' boot (AWS: its ARN); the head node's files do not need it."""
     metric_namespace: str = "GpuCluster"
     metric_name: str = "NodeHealthy"
     paths: Paths = field(default_factory=Paths)
@@ -240,6 +257,8 @@ def slurm_conf(c: SlurmCluster) -> str:
         ("HealthCheckInterval", HEALTH_CHECK_INTERVAL_S),
         ("HealthCheckNodeState", "ANY"),
     ]
+    if c.job_credentials:
+        head.append(("TaskProlog", f"{c.paths.bin}/task-prolog"))
     out = ["# Written by gpu-cluster (components/slurm). Served to the GPU nodes by configless slurmctld.\n",
            _lines(head)]
     spot = set(c.spot_indices)
@@ -288,4 +307,6 @@ def from_spec(cluster, head_address: str, munge_secret_id: str, **overrides) -> 
         name=spec.name, cloud=spec.cloud, region=cluster.region, shape=cluster.shape, nodes=spec.nodes,
         head_address=head_address, munge_secret_id=munge_secret_id, purchase=spec.purchase,
         scratch=spec.storage.scratch in ("nvme", "disk"), lustre=spec.storage.lustre is not None,
-        data_disk=spec.storage.data_disk_gb > 0, **overrides)
+        data_disk=spec.storage.data_disk_gb > 0,
+        job_credentials=spec.storage.checkpoint_bucket and ops(spec.cloud).job_credentials is not None,
+        **overrides)

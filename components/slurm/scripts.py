@@ -19,8 +19,13 @@ Scripts (installed under Paths.bin):
                  it when the last check passed and the drain was ours.
   spot-watch     GPU node: polls the cloud's spot-interruption notice; on notice sets the node DOWN
                  so Slurm requeues its batch jobs (JobRequeue=1) before the instance goes away.
-  node-setup     GPU node boot: identity, munge key, health check, slurmd options.
+  node-setup     GPU node boot: identity, munge key, jobs' credentials, health check, slurmd options.
   head-setup     head node boot: state and shared directories, munge key.
+  metadata-guard head and GPU node, before slurmctld / slurmd and every boot: closes the metadata
+                 service to every user but root (an owner-match firewall rule).
+  job-credentials GPU node (AWS, with a checkpoint bucket), at boot and every 15 min: temporary
+                 credentials of the jobs' own role, for the AWS config that task-prolog points jobs at.
+  task-prolog    slurmd's TaskProlog: points every task at that AWS config.
 """
 
 from __future__ import annotations
@@ -46,6 +51,19 @@ FABRIC_MANAGER_WAIT_S = 180
 """How long the health check waits for nvidia-fabricmanager while it is still `activating` at boot
 (it starts only once it has initialised every NVSwitch)."""
 DEFAULT_MUNGE_RESTART = ("systemctl", "restart", "munge")
+METADATA_GUARD_CHAIN = "GPU-CLUSTER-METADATA"
+"""The iptables chain that lets only root through to the metadata service."""
+NOBODY_UID = 65534
+"""Debian's and Ubuntu's `nobody` and `nogroup` (base-passwd: uid and gid 65534): the non-root user the
+health check proves the metadata service closed to."""
+JOB_CREDENTIALS_S = 3600
+"""Lifetime of the jobs' credentials: the most a role assumed with an instance role's credentials may
+have (role chaining: IAM user guide, "Methods to assume a role")."""
+JOB_CREDENTIALS_EVERY_MIN = 15
+"""How often root renews them: they then always have at least 45 minutes left, more than the SDKs'
+15-minute early refresh (botocore credentials.py, RefreshableCredentials advisory refresh)."""
+JOB_CREDENTIALS_MIN_LEFT_S = 1200
+"""The health check fails when the jobs' credentials have less than this left: renewal has stopped."""
 
 
 FM_STATE_FUNCTION = r'''fm_state() {
@@ -363,6 +381,31 @@ for dir in "${FIO_DIRS[@]}"; do
   rm -rf "$test_dir"
 done
 
+# 6. The metadata service is closed to non-root users (metadata-guard): a job must not get the
+#    instance role's credentials, with which it could read the munge key.
+if setpriv --reuid="$NOBODY_UID" --regid="$NOBODY_UID" --clear-groups -- \
+    bash -c "$(declare -f metadata_get); metadata_get instance-id" > /dev/null 2>&1; then
+  fail "the metadata service answers a non-root user: metadata-guard is not in force"
+else
+  ok "metadata service closed to non-root users"
+fi
+
+# 7. Jobs' credentials (job-credentials), with time left.
+if [ -n "$JOB_CREDENTIALS_FILE" ]; then
+  if left=$(python3 - "$JOB_CREDENTIALS_FILE" <<'PY' 2>&1
+import datetime, json, sys
+with open(sys.argv[1]) as f:
+    expiration = json.load(f)["Expiration"]
+left = datetime.datetime.fromisoformat(expiration.replace("Z", "+00:00")) - datetime.datetime.now(datetime.timezone.utc)
+print(int(left.total_seconds()))
+PY
+  ) && [ "$left" -ge "$JOB_CREDENTIALS_MIN_LEFT_S" ]; then
+    ok "jobs' credentials valid for ${left}s"
+  else
+    fail "jobs' credentials in $JOB_CREDENTIALS_FILE are missing or expire (${left:0:200}s left; at least ${JOB_CREDENTIALS_MIN_LEFT_S}s expected)"
+  fi
+fi
+
 # Result: the status file the health gate reads, then the metric.
 mkdir -p "$(dirname "$STATUS_FILE")"
 if [ "${#failures[@]}" -eq 0 ]; then
@@ -429,6 +472,9 @@ def node_health_script(c: SlurmCluster) -> str:
         "FIO_MIN_IOPS": "" if fio.min_iops is None else fio.min_iops,
         "METRIC_NAMESPACE": c.metric_namespace, "METRIC_NAME": c.metric_name,
         "METRIC_VALUE": "", "METRIC_DIMENSIONS": "", "METRIC_JSON": "", "INSTANCE_ID": "",
+        "NOBODY_UID": NOBODY_UID,
+        "JOB_CREDENTIALS_FILE": c.paths.job_credentials_file if c.job_credentials else "",
+        "JOB_CREDENTIALS_MIN_LEFT_S": JOB_CREDENTIALS_MIN_LEFT_S,
     }
     return _script("GPU node health check", values, _HEALTH_BODY, [
         shell.array("MOUNTS", mounts), shell.array("FIO_DIRS", fio_dirs), MOUNTED_FUNCTION, FM_STATE_FUNCTION,
@@ -553,10 +599,108 @@ def spot_watch_script(c: SlurmCluster, poll_s: int = 5, max_polls: int = 0) -> s
 
 
 # ---------------------------------------------------------------------------------------------
+_GUARD_BODY = r'''
+# Only root reaches the metadata service. It hands out the instance role's credentials, and the role
+# reads the munge key: a job holding the key could forge munge credentials for any user, root
+# included, on every node. Jobs get the access they need another way (job-credentials). Idempotent:
+# the chain is rebuilt, and OUTPUT jumps to it once, first.
+export PATH="${PATH:+$PATH:}/usr/sbin:/usr/bin:/sbin:/bin"
+iptables -w -N "$CHAIN" 2>/dev/null || true
+iptables -w -F "$CHAIN"
+iptables -w -A "$CHAIN" -m owner --uid-owner 0 -j RETURN
+iptables -w -A "$CHAIN" -j REJECT
+if ! iptables -w -C OUTPUT -d "$METADATA_IP/32" -j "$CHAIN" 2>/dev/null; then
+  iptables -w -I OUTPUT 1 -d "$METADATA_IP/32" -j "$CHAIN"
+fi
+if ! iptables -w -C OUTPUT -d "$METADATA_IP/32" -j "$CHAIN"; then
+  echo "metadata-guard: the rule sending $METADATA_IP to $CHAIN is not in OUTPUT" >&2
+  exit 1
+fi
+echo "metadata-guard: the metadata service ($METADATA_IP) is closed to every user but root"
+'''
+
+
+def metadata_guard_script(c: SlurmCluster) -> str:
+    """Closes the metadata service to every user but root, before slurmd or slurmctld starts and on
+    every boot (the owner-match rule AWS ParallelCluster applies with Imds Secured, its default:
+    ParallelCluster user guide, HeadNode section, Imds / Secured)."""
+    return _script("Close the metadata service to every user but root", {
+        "CHAIN": METADATA_GUARD_CHAIN, "METADATA_IP": ops(c.cloud).metadata_ipv4,
+    }, _GUARD_BODY)
+
+
+_JOB_CREDENTIALS_BODY = r'''
+umask 077
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+if ! job_credentials > "$work/credentials.json" 2> "$work/err"; then
+  echo "job-credentials: getting credentials of $JOB_ROLE failed: $(head -c 2000 "$work/err")" >&2
+  exit 1
+fi
+# The credential_process answer (AWS CLI user guide, "Sourcing credentials with an external process"):
+# Version 1 and an Expiration, so the SDKs ask again before it passes.
+if ! python3 - "$work/credentials.json" "$work/process.json" <<'PY'
+import json, sys
+with open(sys.argv[1]) as f:
+    c = json.load(f)
+answer = {"Version": 1, **{k: c[k] for k in ("AccessKeyId", "SecretAccessKey", "SessionToken", "Expiration")}}
+with open(sys.argv[2], "w") as f:
+    json.dump(answer, f)
+PY
+then
+  echo "job-credentials: the answer for $JOB_ROLE has no AccessKeyId, SecretAccessKey, SessionToken and Expiration" >&2
+  exit 1
+fi
+# Readable by every job on the node: they hold the jobs' role only (the checkpoint bucket).
+install -d -m 0755 "$(dirname "$CREDENTIALS_FILE")" "$(dirname "$CONFIG_FILE")"
+install -m 0644 "$work/process.json" "$CREDENTIALS_FILE.tmp"
+mv -f "$CREDENTIALS_FILE.tmp" "$CREDENTIALS_FILE"
+printf '[default]\nregion = %s\ncredential_process = /bin/cat %s\n' "$REGION" "$CREDENTIALS_FILE" > "$work/config"
+install -m 0644 "$work/config" "$CONFIG_FILE.tmp"
+mv -f "$CONFIG_FILE.tmp" "$CONFIG_FILE"
+echo "job-credentials: credentials of $JOB_ROLE for jobs in $CREDENTIALS_FILE"
+'''
+
+
+def job_credentials_script(c: SlurmCluster) -> str:
+    """Run as root at boot and every JOB_CREDENTIALS_EVERY_MIN: the jobs' role's temporary credentials,
+    and the AWS config whose credential_process hands them out."""
+    o = ops(c.cloud)
+    if o.job_credentials is None or not c.job_credentials or not c.job_role:
+        raise ValueError(f"job credentials need a job role on a cloud that has one: cloud {c.cloud!r}, "
+                         f"job_credentials={c.job_credentials}, job_role={c.job_role!r}")
+    return _script("Credentials of the jobs' own role", {
+        "REGION": c.region, "JOB_ROLE": c.job_role, "SESSION_NAME": f"{c.name}-jobs"[:64],
+        "DURATION_S": JOB_CREDENTIALS_S, "CREDENTIALS_FILE": c.paths.job_credentials_file,
+        "CONFIG_FILE": c.paths.job_aws_config,
+    }, _JOB_CREDENTIALS_BODY, [shell.command(cmd) for cmd in o.cli_setup]
+        + [shell.function("job_credentials", o.job_credentials)])
+
+
+_TASK_PROLOG_BODY = r'''
+# slurmstepd sets what this prints as `export NAME=value` in the task's environment (slurm.conf(5),
+# TaskProlog). A job that names its own AWS config keeps it.
+if [ -z "${AWS_CONFIG_FILE:-}" ]; then
+  echo "export AWS_CONFIG_FILE=$CONFIG_FILE"
+fi
+'''
+
+
+def task_prolog_script(c: SlurmCluster) -> str:
+    return _script("Slurm TaskProlog: the jobs' AWS config", {"CONFIG_FILE": c.paths.job_aws_config},
+                   _TASK_PROLOG_BODY)
+
+
+# ---------------------------------------------------------------------------------------------
 _NODE_SETUP_BODY = r'''
 "$BIN/node-identity" >/dev/null
 NODE_NAME=$(cat "$NODE_NAME_FILE")
 "$BIN/munge-key"
+# A failure here does not stop the boot: the health check finds no credentials and drains the node
+# until the renewal timer has made them.
+if [ "$JOB_CREDENTIALS" = 1 ] && ! "$BIN/job-credentials"; then
+  echo "node-setup: no credentials for jobs yet; the node stays drained until they are renewed" >&2
+fi
 mkdir -p "$(dirname "$SLURMD_DEFAULTS")"
 printf 'SLURMD_OPTIONS="--conf-server %s -N %s"\n' "$CONF_SERVER" "$NODE_NAME" > "$SLURMD_DEFAULTS.tmp"
 mv "$SLURMD_DEFAULTS.tmp" "$SLURMD_DEFAULTS"
@@ -587,7 +731,7 @@ def node_setup_script(c: SlurmCluster) -> str:
         "BIN": c.paths.bin, "NODE_NAME_FILE": c.paths.node_name_file,
         "STATUS_FILE": c.paths.health_status_file, "SLURMD_DEFAULTS": f"{c.paths.etc_default}/slurmd",
         "CONF_SERVER": f"{c.head_address}:{SLURMCTLD_PORT}", "JOBS_OUTPUT": c.jobs_output_dir,
-        "REBOOT_PENDING": REBOOT_PENDING,
+        "REBOOT_PENDING": REBOOT_PENDING, "JOB_CREDENTIALS": int(c.job_credentials),
     }, _NODE_SETUP_BODY, [shell.command(cmd) for cmd in o.cli_setup])
 
 

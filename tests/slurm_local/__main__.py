@@ -143,7 +143,8 @@ class Harness:
             name="local", cloud=SHAPE[0], region="us-east-1", shape=shape, nodes=1,
             head_address="127.0.0.1", munge_secret_id="local-munge-key", purchase="spot",
             scratch=True, lustre=True, data_disk=True,
-            state_dir=f"{self.paths.data}/slurm/state", paths=self.paths)
+            state_dir=f"{self.paths.data}/slurm/state", paths=self.paths,
+            job_credentials=True, job_role="arn:aws:iam::123456789012:role/local-compute-job-role")
         # munged on its default socket: a configless slurmd asks munge for a credential before it
         # has fetched slurm.conf, so it cannot be pointed at another socket (AuthInfo).
         self.munge_socket = Path("/run/munge/munge.socket.2")
@@ -296,9 +297,11 @@ class Harness:
                       and "UP" in run(["scontrol", "ping"], env=env, check_rc=False).stdout)
         check(True, "slurmctld is up with the generated slurm.conf (localized)")
 
-        # GPU node boot: identity from metadata, munge key fetched (already stored), health check.
+        # GPU node boot: the metadata guard first (its unit runs before node-setup and slurmd), then
+        # identity from metadata, munge key fetched (already stored), jobs' credentials, health check.
         written = self.write_files(boot.node_boot_parts(c).files)
         check(written >= 9, f"wrote the {written} generated GPU node files")
+        self.check_metadata_guard()
         r = run([f"{self.paths.bin}/node-setup"], env=env, check_rc=False, timeout=180)
         check(r.returncode == 0, "node-setup succeeded", r.stdout + r.stderr)
         check(Path(self.paths.node_name_file).read_text().strip() == self.node,
@@ -308,6 +311,8 @@ class Harness:
         check(status[:1] == ["PASS"], "the boot health check passed with 8 H100s, 18 NVLinks each, 32 EFA, mounts, fio",
               "\n".join(status) + r.stderr)
         check(re.search(r"fio random read on .*/scratch: \d+ IOPS", r.stdout) is not None, "real fio random read on /scratch")
+        check("ok: metadata service closed to non-root users" in r.stdout and "ok: jobs' credentials valid for" in r.stdout,
+              "the health check found the metadata service closed to a non-root user and the jobs' credentials valid")
         metrics = (self.state / "metrics.log").read_text()
         check(f"NodeHealthy 1 ClusterName=local,NodeName={self.node},InstanceId=i-0123456789abcdef0" in metrics,
               "published NodeHealthy=1 with ClusterName/NodeName/InstanceId dimensions")
@@ -324,6 +329,16 @@ class Harness:
         check(info.get("Gres") == "gpu:h100:8", "the node registered with Gres=gpu:h100:8", info.get("Gres", ""))
         check(info.get("NodeAddr") == "127.0.0.1", "cloud_reg_addrs set NodeAddr from the registration", info.get("NodeAddr", ""))
         check("spot" in info.get("AvailableFeatures", ""), "the spot node carries the spot feature")
+
+        # A job runs as its user with the jobs' AWS config from slurmd's TaskProlog, and cannot read the key.
+        out_file = Path(c.jobs_output_dir, "as-nobody.out")
+        rc, job, _ = self.sbatch("--wrap=echo AWS_CONFIG_FILE=$AWS_CONFIG_FILE; "
+                                 f"if cat {self.paths.munge_key} > /dev/null 2>&1; then echo KEY-READ; else echo KEY-DENIED; fi",
+                                 "--uid=nobody", "--chdir=/tmp", f"--output={out_file}")
+        out = out_file.read_text() if out_file.exists() else ""
+        check(rc == 0 and f"AWS_CONFIG_FILE={self.paths.job_aws_config}" in out,
+              "a job's tasks get the jobs' AWS config from the generated TaskProlog", out)
+        check("KEY-DENIED" in out, "a job running as a non-root user cannot read the munge key", out)
 
         # Shipped jobs.
         rc, job, out = self.sbatch("torchrun-hello.sbatch")
@@ -405,6 +420,24 @@ class Harness:
                       timeout=180)
         check(True, "the node returned to service on registration and the requeued job runs again")
         run(["scancel", job], env=env, check_rc=False)
+
+    def check_metadata_guard(self) -> None:
+        """The generated guard puts its rule in place (the iptables stub records it; the stub metadata
+        service then refuses every uid but 0), and a job's user gets neither metadata nor the secret."""
+        env, guard = self.env, f"{self.paths.bin}/metadata-guard"
+        nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
+        token = ["curl", "-fsS", "-X", "PUT", "http://169.254.169.254/latest/api/token"]
+        r = run([*nobody, *token], env=env, check_rc=False)
+        check(r.returncode == 0, "before the guard, a non-root user gets an IMDS token (what the guard must stop)")
+        for _ in range(2):
+            r = run([guard], env=env, check_rc=False)
+            check(r.returncode == 0, "metadata-guard succeeded (run twice, as on two boots)", r.stdout + r.stderr)
+        rules = (self.state / "output-rules").read_text().splitlines()
+        check(rules == ["-d 169.254.169.254/32 -j GPU-CLUSTER-METADATA"], "exactly one OUTPUT jump to the guard's chain", str(rules))
+        r = run([*nobody, *token], env=env, check_rc=False)
+        check(r.returncode == 7, "after the guard, a non-root user's IMDS request is refused", r.stderr)
+        r = run(token, env=env, check_rc=False)
+        check(r.returncode == 0, "root still reaches the metadata service", r.stderr)
 
     def cleanup(self) -> None:
         run(["scancel", "--full", "--user=root"], env=self.env, check_rc=False, timeout=30)

@@ -53,10 +53,19 @@ fi
 dir=${!#}
 grep -qxF -- "$dir" "$STUB_STATE/mounts"
 ''',
-    # Instance metadata: URL path after /latest/meta-data/ → file under $STUB_STATE/metadata/.
+    # Instance metadata: URL path after /latest/meta-data/ → file under $STUB_STATE/metadata/. A user
+    # other than root (STUB_UID, set by the setpriv stub, else the real uid) is refused, as the kernel
+    # would, once the iptables stub holds the metadata guard's jump for the address.
     "curl": r'''#!/bin/bash
 url=""
 for a in "$@"; do case "$a" in http://*|https://*) url=$a ;; esac; done
+host=${url#*://}
+host=${host%%/*}
+[ "$host" = metadata.tencentyun.com ] && host=169.254.0.23
+if [ "${STUB_UID:-$(id -u)}" != 0 ] && grep -q -- "-d ${host}/32 -j " "$STUB_STATE/output-rules" 2>/dev/null; then
+  echo "curl: (7) Failed to connect to $host port 80: Connection refused" >&2
+  exit 7
+fi
 case "$url" in
   */latest/api/token) echo stub-token; exit 0 ;;
   */latest/meta-data/*) item=${url#*/latest/meta-data/} ;;
@@ -67,7 +76,27 @@ if [ -f "$file" ]; then cat "$file"; exit 0; fi
 echo "curl: (22) The requested URL returned error: 404" >&2
 exit 22
 ''',
-    # aws secretsmanager get/put-secret-value and cloudwatch put-metric-data.
+    # iptables: records every call; keeps the rules inserted into OUTPUT (what follows `-I OUTPUT 1`)
+    # in $STUB_STATE/output-rules, which `-C OUTPUT` checks and the curl stub obeys.
+    "iptables": r'''#!/bin/bash
+echo "iptables $*" >> "$STUB_STATE/iptables.log"
+[ "${1:-}" = -w ] && shift
+case "${1:-} ${2:-}" in
+  "-I OUTPUT") shift 3; echo "$*" >> "$STUB_STATE/output-rules" ;;
+  "-C OUTPUT") shift 2; grep -qxF -- "$*" "$STUB_STATE/output-rules" 2>/dev/null ;;
+  *) exit 0 ;;
+esac
+''',
+    # setpriv --reuid=N ... -- CMD: runs CMD telling the stubs it runs as uid N (STUB_UID).
+    "setpriv": r'''#!/bin/bash
+uid=""
+while [ $# -gt 0 ]; do
+  case "$1" in --reuid=*) uid=${1#--reuid=} ;; --) shift; break ;; -*) ;; *) break ;; esac
+  shift
+done
+STUB_UID=$uid exec "$@"
+''',
+    # aws secretsmanager get/put-secret-value, sts assume-role and cloudwatch put-metric-data.
     "aws": r'''#!/bin/bash
 set -euo pipefail
 echo "aws $*" >> "$STUB_STATE/aws.log"
@@ -80,6 +109,9 @@ case "$1 $2" in
   "secretsmanager put-secret-value")
     src=$(arg --secret-string "$@")
     cat "${src#file://}" > "$STUB_STATE/secret" ;;
+  "sts assume-role")
+    printf '{"AccessKeyId": "ASIASTUBJOBS", "SecretAccessKey": "stub-secret", "SessionToken": "stub-session", "Expiration": "%s"}\n' \
+      "$(date -u -d "+$(arg --duration-seconds "$@") seconds" +%Y-%m-%dT%H:%M:%S+00:00)" ;;
   "cloudwatch put-metric-data")
     echo "$(arg --metric-name "$@") $(arg --value "$@") $(arg --dimensions "$@")" >> "$STUB_STATE/metrics.log" ;;
   *) echo "stub aws: unexpected $*" >&2; exit 2 ;;
