@@ -25,7 +25,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from gpu_cluster import contracts, files, ui
 from gpu_cluster.commands.plan import JOBS_ENV
-from gpu_cluster.errors import EXIT_BAD_INPUT, EXIT_OK, UserError
+from gpu_cluster.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATION, UserError
 from gpu_cluster.plan import Plan, PlanFormatError, Resource, number
 from gpu_cluster.pricing import TC_FUNCTION, MonthlyCost, cost_controls_config, price_plan
 from gpu_cluster.stackfile import ROOT, SAMPLE_STACKS, STACK_NAME, known_stacks, stack_path
@@ -473,7 +473,9 @@ def review_command(base: str, out: Path, only: Sequence[str] = ()) -> int:
         for label, side, ref in (("base", base_side, base), ("head", head_side, "the work tree")):
             if s in side.failures:
                 review.notes.append(f"{label}: stack {s} does not render at {ref}: {side.failures[s]}")
-                failed.append((label, s, side.failures[s]))
+                # A base that fails is a stack this change repairs (or removes): a note only.
+                if label == "head":
+                    failed.append((label, s, side.failures[s]))
         if s not in base_side.plans and s not in base_side.failures:
             review.notes.append(f"no plan at {base}: " + (base_side.note or "a new stack"))
         if s not in head_side.plans and s not in head_side.failures:
@@ -490,4 +492,15 @@ def review_command(base: str, out: Path, only: Sequence[str] = ()) -> int:
         ui.warn("stateful resources would be replaced or deleted; see the review")
     if any(c.refused for r in reviews for c in r.changes):
         ui.warn("the provider would refuse to delete resources this change replaces or removes; see the review")
-    return EXIT_BAD_INPUT if failed else EXIT_OK
+    return review_status(reviews, failed)
+
+
+def review_status(reviews: Sequence[StackReview], failed: Sequence[tuple[str, str, str]]) -> int:
+    """2 when a stack does not render (a base that fails while its head renders is repaired, not failed),
+    else 1 when the head adds a mandatory policy violation to any stack, else 0. 2 wins over 1."""
+    if failed:
+        return EXIT_BAD_INPUT
+    new = [(r.stack, v) for r in reviews for v in r.new_violations if v.get("enforcement") == "mandatory"]
+    for stack, v in new:
+        ui.line(f"{stack}: new mandatory violation {v['policy']}: {v['message']}")
+    return EXIT_VIOLATION if new else EXIT_OK

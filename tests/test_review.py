@@ -115,13 +115,8 @@ def test_a_data_volume_grows_in_place_and_nothing_else_changes(sample_plan):
     assert row.startswith("| aws-entry | 0 | 1 | 0 | 0 |") and "(+16.00 USD)" in row
 
 
-def test_make_review_against_a_base_ref(tmp_path):
-    """`gpu-cluster review` on a throwaway clone whose last commit changes a stack file and the code of the
-    Tencent cost controls: BASE is rendered from its own git tree, the work tree beside it, and only the
-    named stacks are reviewed. (What a diff holds is tested in this process above; here, Tencent stacks:
-    their renders cost a fraction of AWS's, whose SDK a fresh process spends a second importing.)"""
-    from conftest import render_plan
-
+def _clone_with_this_code(tmp_path: Path):
+    """A throwaway clone whose last commit holds this work tree's program, and a `git` runner in it."""
     root = Path(__file__).resolve().parent.parent
     clone = tmp_path / "repo"
     run = lambda *a, cwd=clone: subprocess.run(a, cwd=cwd, capture_output=True, text=True, check=True)  # noqa: E731
@@ -131,6 +126,17 @@ def test_make_review_against_a_base_ref(tmp_path):
         subprocess.run(["cp", "-r", str(root / path), str(clone / Path(path).parent)], check=True)
     run("git", "add", "-A")
     run("git", "-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-qm", "base", "--allow-empty")
+    return clone, run
+
+
+def test_make_review_against_a_base_ref(tmp_path):
+    """`gpu-cluster review` on a throwaway clone whose last commit changes a stack file and the code of the
+    Tencent cost controls: BASE is rendered from its own git tree, the work tree beside it, and only the
+    named stacks are reviewed. (What a diff holds is tested in this process above; here, Tencent stacks:
+    their renders cost a fraction of AWS's, whose SDK a fresh process spends a second importing.)"""
+    from conftest import render_plan
+
+    clone, run = _clone_with_this_code(tmp_path)
     stack = clone / "stacks" / "Pulumi.tencent-entry.yaml"
     assert "data_disk_gb: 200" in stack.read_text()
     stack.write_text(stack.read_text().replace("data_disk_gb: 200", "data_disk_gb: 400"))
@@ -229,3 +235,45 @@ def test_a_slurm_change_replaces_the_tencent_head_node_and_nothing_refuses_it(sl
     # The engine restores ignored properties from the state whenever there is one, replacements included
     # (pulumi/pulumi step_generator.go processIgnoreChanges): the review must not promise otherwise.
     assert "a replacement keeps them too" in md and "replaced resources get the new values" not in md
+
+
+def _review(clone: Path, out: Path, *stacks: str) -> subprocess.CompletedProcess:
+    only = [a for s in stacks for a in ("--stack", s)]
+    return subprocess.run([sys.executable, "-m", "gpu_cluster", "review", "--base", "HEAD~1", *only, "--out", str(out)],
+                          cwd=clone, capture_output=True, text=True, timeout=300)
+
+
+def test_a_pull_request_adding_a_user_stack_with_a_mandatory_violation_fails_the_review(tmp_path):
+    """The gate: a team's own stack file (not a sample) that opens SSH to the internet makes review exit 1,
+    and review.md lists the violation as new."""
+    clone, run = _clone_with_this_code(tmp_path)
+    team = (clone / "stacks" / "Pulumi.tencent-entry.yaml").read_text().replace("name: tc-entry", "name: tc-team")
+    (clone / "stacks" / "Pulumi.team.yaml").write_text(team.replace("ssh_cidrs: []", 'ssh_cidrs: ["0.0.0.0/0"]'))
+    run("git", "add", "-A")
+    run("git", "-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-qm", "a team stack")
+    result = _review(clone, tmp_path / "review.md", "team")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "team: new mandatory violation no-public-ssh" in result.stdout
+    md = (tmp_path / "review.md").read_text()
+    assert "- `no-public-ssh` (mandatory):" in md and "| team | " in md
+    # A later pull request repairs a stack that no longer validated at its base: a note, not a failure.
+    (clone / "stacks" / "Pulumi.team.yaml").write_text(team.replace("nodes: 1", "nodes: 0"))
+    run("git", "-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-qam", "break it")
+    (clone / "stacks" / "Pulumi.team.yaml").write_text(team)
+    run("git", "-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-qam", "repair it")
+    result = _review(clone, tmp_path / "review.md", "team")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "base: stack team does not render at HEAD~1" in (tmp_path / "review.md").read_text()
+
+
+def _stack_review(name: str, new=(), failed=False):
+    r = review_mod.StackReview(stack=name, base=None, head=None)
+    r.new_violations = [{"policy": p, "enforcement": e, "message": "m"} for p, e in new]
+    return r
+
+
+def test_the_review_status_two_wins_over_one_and_advisories_pass():
+    status = review_mod.review_status
+    assert status([_stack_review("a", [("budget-covers-estimate", "advisory")])], []) == 0
+    assert status([_stack_review("a"), _stack_review("b", [("no-public-ssh", "mandatory")])], []) == 1
+    assert status([_stack_review("b", [("no-public-ssh", "mandatory")])], [("head", "c", "invalid")]) == 2

@@ -2,8 +2,9 @@
 
 Renders each sample stack (and every stack file changed since REF), or only the stacks named with
 `--stack`, with the code of REF and of the work tree, and writes Markdown: resources added / changed / replaced / deleted, monthly cost before
-→ after, new and fixed policy violations. Exit 0 when both sides rendered, 2 when a stack could not
-be rendered on either side (the reason is in the review and on standard output) or REF is not a commit.
+→ after, new and fixed policy violations. Exit 2 when a stack in the work tree could not be rendered
+(the reason is in the review and on standard output) or REF is not a commit, else 1 when the work tree
+adds a mandatory policy violation to any stack, else 0.
 """
 
 from __future__ import annotations
