@@ -21,7 +21,11 @@ BACKUP_TAG = "gpu-cluster:backup"
 @dataclass(frozen=True)
 class BackupArgs:
     partition: pulumi.Input[str]
-    """AWS partition ("aws"), for the managed policy ARN."""
+    """AWS partition ("aws"), for the managed policy ARN and the trust policy's source ARN."""
+    account_id: pulumi.Input[str]
+    """This account: DLM may assume the role only on behalf of its lifecycle policies."""
+    region: str
+    """The provider region, where the lifecycle policy lives (its ARN names it)."""
     target_tags: Mapping[str, str]
     """Tags that select the volumes to snapshot (the data volumes carry them)."""
     every_hours: int
@@ -41,8 +45,18 @@ class Backup(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
 
         role_name = f"{name}-snapshots-role"
+        # Confused deputy: DLM may assume the role only for this account's lifecycle policies. "We
+        # recommend that you use the aws:SourceAccount and aws:SourceArn condition keys": aws:SourceAccount
+        # the policy's owner, aws:SourceArn arn:partition:dlm:region:account_id:policy/policy_id, the id a
+        # wildcard while the policy does not exist yet (it names this role, so it comes after) (Amazon EBS
+        # user guide, "IAM service roles for Amazon Data Lifecycle Manager", custom service roles:
+        # docs.aws.amazon.com/ebs/latest/userguide/service-role.html).
+        trust = assume_role_policy(
+            "dlm.amazonaws.com", source_account=args.account_id,
+            source_arn=pulumi.Output.concat("arn:", args.partition, ":dlm:", args.region, ":", args.account_id,
+                                            ":policy/*"))
         role = aws.iam.Role(
-            role_name, assume_role_policy=assume_role_policy("dlm.amazonaws.com"),
+            role_name, assume_role_policy=trust,
             description=f"DLM snapshots of the data volumes of {name}",
             tags=tagged(args.tags, role_name), opts=child)
         # The AWS-managed DLM service-role policy: create/delete/describe snapshots and tag them, nothing

@@ -43,7 +43,8 @@ class ClusterComponent(pulumi.ComponentResource):
 
         network = Network(f"{name}-network", NetworkArgs(
             region=cluster.region, zone=spec.zone, cidr=spec.network.cidr, ssh_cidrs=spec.network.ssh_cidrs,
-            existing_subnet_id=spec.network.existing_subnet_id, tags=tags), child)
+            existing_subnet_id=spec.network.existing_subnet_id, account_id=account_id, partition=partition,
+            tags=tags), child)
 
         slurm = spec.scheduler == "slurm"
         backup_tags = {BACKUP_TAG: name}
@@ -57,8 +58,8 @@ class ClusterComponent(pulumi.ComponentResource):
 
         if storage.data_volume_ids or storage.head_volume_id is not None:
             Backup(f"{name}-backup", BackupArgs(
-                partition=partition, target_tags=backup_tags, every_hours=spec.snapshots.every_hours,
-                retain=spec.snapshots.retain, tags=tags), child)
+                partition=partition, account_id=account_id, region=cluster.region, target_tags=backup_tags,
+                every_hours=spec.snapshots.every_hours, retain=spec.snapshots.retain, tags=tags), child)
 
         budget = Budget(f"{name}-budget", BudgetArgs(
             cluster_name=name, monthly_limit=spec.budget.monthly_limit, currency=spec.budget.currency,

@@ -14,13 +14,29 @@ def tagged(tags: Mapping[str, str], name: str, **extra: pulumi.Input[str]) -> di
     return {**tags, "Name": name, **extra}
 
 
-def assume_role_policy(service: str) -> str:
-    """Trust policy letting one AWS service principal (e.g. "ec2.amazonaws.com") assume a role."""
-    return policy_document([{
+def assume_role_policy(service: str, source_account: Optional[pulumi.Input[str]] = None,
+                       source_arn: Optional[pulumi.Input[str]] = None) -> pulumi.Input[str]:
+    """Trust policy letting one AWS service principal (e.g. "ec2.amazonaws.com") assume a role.
+
+    With `source_account` (and `source_arn`) the service may assume it only on behalf of this account
+    (and of the resources whose ARN matches `source_arn`, wildcards allowed): the confused-deputy
+    conditions `aws:SourceAccount` (StringEquals) and `aws:SourceArn` (ArnLike) that each service's own
+    documentation prescribes for its role's trust policy (IAM user guide, "The confused deputy problem",
+    cross-service part: docs.aws.amazon.com/IAM/latest/UserGuide/confused-deputy.html). Each caller cites
+    its service's page. Without them: the plain JSON document (a str, no Output)."""
+    statement: dict[str, Any] = {
         "Effect": "Allow",
         "Principal": {"Service": service},
         "Action": "sts:AssumeRole",
-    }])
+    }
+    if source_account is None and source_arn is None:
+        return policy_document([statement])
+    if source_account is None:
+        raise ValueError("aws:SourceArn without aws:SourceAccount: give the account the ARN names")
+    condition: dict[str, Any] = {"StringEquals": {"aws:SourceAccount": source_account}}
+    if source_arn is not None:
+        condition["ArnLike"] = {"aws:SourceArn": source_arn}
+    return policy_output([{**statement, "Condition": condition}])
 
 
 def policy_document(statements: list[dict[str, Any]]) -> str:

@@ -378,6 +378,11 @@ class Compute(pulumi.ComponentResource):
         Slurm the metadata service is closed to jobs (components/slurm metadata-guard), so the bucket is
         the jobs' own role's (self.job_role_arn), which only the node role may assume."""
         role_name = f"{name}-node-role"
+        # No aws:SourceAccount / aws:SourceArn here: an instance role is not a cross-service confused-deputy
+        # case. EC2 assumes it only for an instance of this account whose launcher holds iam:PassRole on it,
+        # and EC2 documents the plain ec2.amazonaws.com trust policy with no such condition (EC2 user guide,
+        # "IAM roles for Amazon EC2", create an IAM role: docs.aws.amazon.com/AWSEC2/latest/UserGuide/
+        # iam-roles-for-amazon-ec2.html). The service roles carry them (components/aws/common.py).
         role = aws.iam.Role(role_name, assume_role_policy=assume_role_policy("ec2.amazonaws.com"),
                             description=f"GPU nodes of {args.cluster_name}", tags=tagged(args.tags, role_name), opts=child)
         for suffix, policy in (("ssm", "AmazonSSMManagedInstanceCore"), ("cloudwatch", "CloudWatchAgentServerPolicy")):

@@ -91,7 +91,20 @@ class CostControls(pulumi.ComponentResource):
 
     def _schedules(self, name: str, args: CostControlArgs, child: pulumi.ResourceOptions) -> aws.iam.Role:
         role_name = f"{name}-scheduler-role"
-        role = aws.iam.Role(role_name, assume_role_policy=assume_role_policy("scheduler.amazonaws.com"),
+        group_name = f"{name}-schedules"
+        # Confused deputy: EventBridge Scheduler may assume the role only for this account's schedules in
+        # this cluster's schedule group. aws:SourceAccount and aws:SourceArn in the execution role's trust
+        # policy, and "The value of aws:SourceArn must be your EventBridge Scheduler schedule group ARN"
+        # (never a schedule's) (EventBridge Scheduler user guide, "Confused deputy prevention in EventBridge
+        # Scheduler": docs.aws.amazon.com/scheduler/latest/UserGuide/cross-service-confused-deputy-prevention.html);
+        # the group ARN is arn:${Partition}:scheduler:${Region}:${Account}:schedule-group/${GroupName}
+        # (Service Authorization Reference, "Actions, resources, and condition keys for Amazon EventBridge
+        # Scheduler"). Built from the group's name, which this component sets.
+        trust = assume_role_policy(
+            "scheduler.amazonaws.com", source_account=args.account_id,
+            source_arn=pulumi.Output.concat("arn:", args.partition, ":scheduler:", args.region, ":",
+                                            args.account_id, ":schedule-group/", group_name))
+        role = aws.iam.Role(role_name, assume_role_policy=trust,
                             description=f"Starts and stops the nodes of {args.cluster_name} in their run windows",
                             force_detach_policies=True, path=None if self._deny else HOLDLESS_PATH,
                             tags=tagged(args.tags, role_name),
@@ -109,7 +122,6 @@ class CostControls(pulumi.ComponentResource):
                                                 "StringEquals": {"kms:ViaService": f"ec2.{args.region}.amazonaws.com"}}},
             ]),
             opts=child)
-        group_name = f"{name}-schedules"
         group = aws.scheduler.ScheduleGroup(group_name, name=group_name, tags=tagged(args.tags, group_name), opts=child)
         instances = pulumi.Output.all(*args.node_ids).apply(lambda ids: json.dumps({"InstanceIds": list(ids)}))
         parsed = [run_windows.parse(w) for w in args.schedule.windows]
@@ -152,7 +164,15 @@ class CostControls(pulumi.ComponentResource):
 
     def _budget_stop(self, name: str, args: CostControlArgs, child: pulumi.ResourceOptions) -> None:
         role_name = f"{name}-budget-stop-role"
-        role = aws.iam.Role(role_name, assume_role_policy=assume_role_policy("budgets.amazonaws.com"),
+        # Confused deputy: AWS Budgets may assume the role only for this account's budgets: aws:SourceAccount,
+        # and "For AWS Budgets, the value of aws:SourceArn must be arn:aws:budgets::123456789012:budget/*"
+        # (AWS Cost Management user guide, "Cross-service confused deputy prevention", whose example is
+        # this sts:AssumeRole trust policy: docs.aws.amazon.com/cost-management/latest/userguide/
+        # cross-service-confused-deputy-prevention.html).
+        trust = assume_role_policy(
+            "budgets.amazonaws.com", source_account=args.account_id,
+            source_arn=pulumi.Output.concat("arn:", args.partition, ":budgets::", args.account_id, ":budget/*"))
+        role = aws.iam.Role(role_name, assume_role_policy=trust,
                             description=f"Lets AWS Budgets stop the nodes of {args.cluster_name} at "
                                         f"{args.stop_at_pct} % of the budget",
                             tags=tagged(args.tags, role_name), opts=child)

@@ -152,6 +152,7 @@ class Head(pulumi.ComponentResource):
         """SSM core (sessions, no SSH keys), the CloudWatch agent policy the GPU nodes have
         (PutMetricData), and the munge-key secret: read it, and store the key the first time."""
         role_name = f"{name}-role"
+        # An instance role: no confused-deputy condition, as on the GPU nodes' (components/aws/compute.py).
         role = aws.iam.Role(role_name, assume_role_policy=assume_role_policy("ec2.amazonaws.com"),
                             description=f"Slurm head node of {args.cluster_name}",
                             tags=tagged(args.tags, role_name), opts=child)

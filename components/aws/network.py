@@ -29,6 +29,10 @@ class NetworkArgs:
     """VPC range; the node subnet takes its first half (see `subnet_cidrs`)."""
     tags: Mapping[str, str]
     """Standard cluster tags, put on every taggable resource."""
+    account_id: pulumi.Input[str]
+    """This account: the flow-logs service may assume the flow-log role only for its flow logs."""
+    partition: pulumi.Input[str]
+    """AWS partition ("aws"), for the flow-log role's source ARN."""
     ssh_cidrs: tuple[ipaddress.IPv4Network, ...] = ()
     """Ranges allowed to reach port 22. Empty (default): no inbound SSH at all; use SSM."""
     existing_subnet_id: Optional[str] = None
@@ -164,8 +168,18 @@ class Network(pulumi.ComponentResource):
         group = aws.cloudwatch.LogGroup(
             f"{name}-flow-logs", retention_in_days=FLOW_LOG_RETENTION_DAYS,
             tags=tagged(args.tags, f"{name}-flow-logs"), opts=child)
+        # Confused deputy: the flow-logs service may assume the role only for this account's flow logs. "We
+        # recommend that you use the aws:SourceAccount and aws:SourceArn condition keys": the source account
+        # the flow log's owner, the source ARN arn:aws:ec2:region:account_id:vpc-flow-log/flow-log-id, the
+        # id a wildcard until the flow log exists (it names this role, so it comes after) (Amazon VPC user
+        # guide, "IAM role for publishing flow logs to CloudWatch Logs":
+        # docs.aws.amazon.com/vpc/latest/userguide/flow-logs-iam-role.html).
+        trust = assume_role_policy(
+            "vpc-flow-logs.amazonaws.com", source_account=args.account_id,
+            source_arn=pulumi.Output.concat("arn:", args.partition, ":ec2:", args.region, ":", args.account_id,
+                                            ":vpc-flow-log/*"))
         role = aws.iam.Role(
-            f"{name}-flow-logs-role", assume_role_policy=assume_role_policy("vpc-flow-logs.amazonaws.com"),
+            f"{name}-flow-logs-role", assume_role_policy=trust,
             # Latin-1 only (CreateRole Description; the contract checks it)
             description=f"VPC flow logs of {name} to CloudWatch Logs",
             tags=tagged(args.tags, f"{name}-flow-logs-role"), opts=child)
