@@ -17,7 +17,9 @@ workload:
 ```
 
 Validated like stack files: unknown keys and bad values are errors, one sentence each naming the
-field, the value and what is allowed; booleans are not numbers; NaN and infinity are refused.
+field, the value and what is allowed; booleans are not numbers; NaN and infinity are refused. Every
+problem of a file is reported at once, as one `UserError` listing them all (`PATH: invalid workload
+file:` then `  - ...` per problem), cross-field rules included even when a field is also wrong.
 Training tokens = (tokens, or dataset_gb × 10⁹ / bytes-per-token) × epochs.
 """
 
@@ -29,10 +31,10 @@ from typing import Any, Literal, Optional
 from pydantic import Field, StrictBool, ValidationError, field_validator, model_validator
 
 from components import catalog
-from components.messages import kind_of
+from components.messages import essential, kind_of
 from gpu_cluster.errors import UserError
 from gpu_cluster.files import load_yaml
-from gpu_cluster.prices.validation import Number, Strict, problems
+from gpu_cluster.prices.validation import Number, Strict, describe, short
 
 Method = Literal["full", "lora", "pretrain"]
 CloudName = Literal["aws", "tencentcloud"]
@@ -50,12 +52,42 @@ class Regions(Strict):
 
     @model_validator(mode="after")
     def _known(self) -> "Regions":
-        for cloud in ("aws", "tencentcloud"):
-            bad = [r for r in (getattr(self, cloud) or ()) if r not in catalog.regions(cloud)]
-            if bad:
-                raise ValueError(f"{cloud}: {bad} are not {cloud} regions; allowed: e.g. "
-                                 f"{'us-east-1, us-west-2' if cloud == 'aws' else 'ap-shanghai, ap-guangzhou'}")
+        found = _unknown_regions({"aws": self.aws, "tencentcloud": self.tencentcloud})
+        if found:
+            raise ValueError("; ".join(found))
         return self
+
+
+def _unknown_regions(regions: Any) -> list[str]:
+    """One sentence per cloud whose region list names regions the catalog does not know."""
+    out = []
+    for cloud in ("aws", "tencentcloud"):
+        names = regions.get(cloud) if isinstance(regions, dict) else None
+        bad = [r for r in names if isinstance(r, str) and r not in catalog.regions(cloud)] \
+            if isinstance(names, (list, tuple)) else []
+        if bad:
+            out.append(f"{cloud}: {bad} are not {cloud} regions; allowed: e.g. "
+                       f"{'us-east-1, us-west-2' if cloud == 'aws' else 'ap-shanghai, ap-guangzhou'}")
+    return out
+
+
+def _cross_field(w: Any) -> list[str]:
+    """The rules between fields of a workload mapping (raw or validated), one sentence each."""
+    if not isinstance(w, dict):
+        return []
+    out = []
+    tokens, dataset_gb = w.get("tokens"), w.get("dataset_gb")
+    if (tokens is None) == (dataset_gb is None):
+        out.append("give exactly one of tokens (training tokens per epoch) and dataset_gb (dataset size in GB); "
+                   + ("got neither" if tokens is None else
+                      f"got both, tokens={short(tokens)} and dataset_gb={short(dataset_gb)}"))
+    regions, clouds = w.get("regions"), w.get("clouds")
+    if isinstance(regions, dict) and isinstance(clouds, (list, tuple)):
+        extra = [c for c in ("aws", "tencentcloud") if regions.get(c) and c not in clouds]
+        if extra:
+            out.append(f"regions names {extra}, which clouds={list(clouds)} leaves out; allowed: "
+                       f"regions only for the listed clouds")
+    return out
 
 
 class Workload(Strict):
@@ -84,18 +116,20 @@ class Workload(Strict):
 
     @model_validator(mode="after")
     def _data(self) -> "Workload":
-        if (self.tokens is None) == (self.dataset_gb is None):
-            raise ValueError("give exactly one of tokens (training tokens per epoch) and dataset_gb (dataset size "
-                             f"in GB); got tokens={self.tokens!r}, dataset_gb={self.dataset_gb!r}")
-        if self.regions is not None:
-            extra = [c for c in ("aws", "tencentcloud") if getattr(self.regions, c) and c not in self.clouds]
-            if extra:
-                raise ValueError(f"regions names {extra}, which clouds={list(self.clouds)} leaves out; allowed: "
-                                 f"regions only for the listed clouds")
+        found = _cross_field({**dict(self), "regions": dict(self.regions) if self.regions else None})
+        if found:
+            raise ValueError("; ".join(found))
         return self
 
     def regions_of(self, cloud: str) -> Optional[tuple[str, ...]]:
         return getattr(self.regions, cloud) if self.regions else None
+
+    def defaulted(self) -> dict[str, Any]:
+        """The fields the file left out that have a default value the recommender uses (epochs,
+        criticality, multi_node), with that value; the optional fields whose absence means "none"
+        (tokens, dataset_gb, target_hours, regions, usd_cny) are not defaults and are left out."""
+        return {name: getattr(self, name) for name, field in type(self).model_fields.items()
+                if not field.is_required() and field.default is not None and name not in self.model_fields_set}
 
 
 class WorkloadDoc(Strict):
@@ -103,16 +137,30 @@ class WorkloadDoc(Strict):
                                            "budget, clouds, regions, criticality, multi_node, usd_cny")
 
 
-def parse(doc: Any, where: str = "workload file") -> Workload:
-    """The validated workload of a parsed document, or one UserError listing every problem."""
+def parse(doc: Any, where: Optional[str] = None) -> Workload:
+    """The validated workload of a parsed document, or one UserError listing every problem.
+
+    pydantic reports every field's problem in one pass, but runs the rules between fields (exactly one
+    of tokens and dataset_gb, regions only for listed clouds, known region names) only when every
+    field is valid, and then stops at the first: on any failure they are checked again here on the
+    raw mapping, so a file with several mistakes is answered with all of them in one run.
+    """
+    head = f"{where}: invalid workload file:" if where else "invalid workload file:"
     if not isinstance(doc, dict):
-        raise UserError(f"{where} must be a mapping with a `workload:` key, got {kind_of(doc)}")
+        raise UserError(f"{head}\n  - the file must be a mapping with a `workload:` key, got {kind_of(doc)}")
     try:
         return WorkloadDoc.model_validate(doc).workload
     except ValidationError as e:
-        found = [p.lstrip(".") for p in problems(WorkloadDoc, "", e)]
-        raise UserError(f"{where}: " + "; ".join(found)) from None
+        rule_locs = {("workload",), ("workload", "regions")}
+        fields = [err for err in essential(e.errors())
+                  if not (err["type"] == "value_error" and tuple(err["loc"]) in rule_locs)]
+        found = [describe(WorkloadDoc, "", err).lstrip(".") for err in fields]
+        raw = doc.get("workload")
+        found += [f"workload: {p}" for p in _cross_field(raw)]
+        if isinstance(raw, dict):
+            found += [f"workload.regions: {p}" for p in _unknown_regions(raw.get("regions"))]
+        raise UserError(head + "".join(f"\n  - {p}" for p in found)) from None
 
 
 def load(path: Path) -> Workload:
-    return parse(load_yaml(Path(path), "workload file"), f"workload file {path}")
+    return parse(load_yaml(Path(path), "workload file"), str(path))

@@ -8,10 +8,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gpu_cluster import cli
 from gpu_cluster.errors import UserError
-from gpu_cluster.workload import load, parse
+from gpu_cluster.workload import WorkloadDoc, load, parse
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "workloads"
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples" / "workloads"
+DOC = ROOT / "docs" / "workload.md"
 SEED = {"name": "zhang-finetune", "model_params": 14e9, "method": "full", "tokens": None, "dataset_gb": 50,
         "epochs": 3, "target_hours": 100, "budget": {"monthly_limit": 100000, "currency": "CNY"},
         "clouds": ["aws", "tencentcloud"], "criticality": "standard", "multi_node": True}
@@ -85,8 +88,180 @@ def test_a_file_without_the_workload_key_is_named(tmp_path):
     bad.write_text("name: x\n")
     with pytest.raises(UserError) as e:
         load(bad)
-    assert str(e.value).startswith(f"workload file {bad}: workload is required")
+    assert str(e.value).startswith(f"{bad}: invalid workload file:\n  - workload is required")
     bad.write_text("- a\n- b\n")
     with pytest.raises(UserError) as e:
         load(bad)
     assert "must be a mapping with a `workload:` key" in str(e.value)
+
+
+# Every mistake at once (issue "The pull-request gate is a gate", point 5).
+
+MANY_MISTAKES = """\
+workload:
+  name: Zhang Finetune
+  model_params: lots
+  method: qlora
+  colour: blue
+  budget: {monthly_limit: 100000, currency: EUR}
+  clouds: [aws]
+  regions: {aws: [mars-1], tencentcloud: [ap-shanghai]}
+  multi_node: yes
+"""
+
+
+def test_every_mistake_of_a_file_is_reported_in_one_run_exit_2_no_traceback(tmp_path, capsys):
+    bad = tmp_path / "w.yaml"
+    bad.write_text(MANY_MISTAKES)
+    capsys.readouterr()
+    assert cli.main(["recommend", str(bad)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "Traceback" not in err
+    lines = err.splitlines()
+    assert lines[0] == f"error: {bad}: invalid workload file:"
+    expected = [
+        "workload.name='Zhang Finetune': does not match",
+        "workload.model_params='lots': must be a number",
+        "workload.method='qlora': must be one of 'full', 'lora' or 'pretrain'",
+        "workload.colour: unknown key 'colour'",
+        "workload.budget.currency='EUR': must be one of 'USD' or 'CNY'",
+        "workload.multi_node='yes': must be true or false",
+        # the rules between fields, which pydantic skips once a field is wrong
+        "workload: give exactly one of tokens (training tokens per epoch) and dataset_gb (dataset size in GB); "
+        "got neither",
+        "workload: regions names ['tencentcloud'], which clouds=['aws'] leaves out",
+        "workload.regions: aws: ['mars-1'] are not aws regions",
+    ]
+    for sentence in expected:
+        assert sum(line.startswith(f"  - {sentence}") for line in lines[1:]) == 1, (sentence, err)
+    assert len(lines) == 1 + len(expected), err
+
+
+def test_the_rules_between_fields_are_all_reported_when_the_fields_are_valid():
+    text = problem(tokens=1e9, clouds=["aws"], regions={"aws": ["mars-1"], "tencentcloud": ["pluto-2"]})
+    assert text.startswith("invalid workload file:\n  - ")
+    for sentence in ("workload: give exactly one of tokens (training tokens per epoch) and dataset_gb (dataset size "
+                     "in GB); got both, tokens=1000000000.0 and dataset_gb=50",
+                     "workload: regions names ['tencentcloud'], which clouds=['aws'] leaves out",
+                     "workload.regions: aws: ['mars-1'] are not aws regions",
+                     "workload.regions: tencentcloud: ['pluto-2'] are not tencentcloud regions"):
+        assert f"\n  - {sentence}" in text, text
+    assert text.count("\n  - ") == 4, text
+
+
+# Defaults the user did not write are said, once, on an `assumed:` line.
+
+@pytest.fixture
+def catalog_prices(monkeypatch, tmp_path):
+    """Price with the catalog alone, as tests/test_recommend.py does."""
+    import gpu_cluster.prices as prices
+
+    monkeypatch.setattr(prices, "DEFAULT_CACHE", tmp_path / "no-cache.json")
+    original = prices.load_book
+    monkeypatch.setattr(prices, "load_book", lambda price_file=None, cache=None, usd_cny=None:
+                        original(price_file, cache=None, usd_cny=usd_cny))
+
+
+def _recommend_text(tmp_path, capsys, drop: tuple[str, ...]) -> list[str]:
+    w = tmp_path / "w.yaml"
+    w.write_text("".join(line + "\n" for line in (EXAMPLES / "lora-7b.yaml").read_text().splitlines()
+                         if not any(line.strip().startswith(f"{key}:") for key in drop)))
+    capsys.readouterr()
+    assert cli.main(["recommend", str(w), "--top", "1"]) in (0, 1)
+    return [line for line in capsys.readouterr().out.splitlines() if line.startswith("assumed")]
+
+
+def test_an_omitted_epochs_is_said_to_be_assumed(tmp_path, capsys, catalog_prices):
+    assert _recommend_text(tmp_path, capsys, ("epochs",)) == [
+        "assumed: epochs=1 (default; set epochs: in the workload)"]
+
+
+def test_every_omitted_default_is_on_one_assumed_line(tmp_path, capsys, catalog_prices):
+    assert _recommend_text(tmp_path, capsys, ("epochs", "criticality", "multi_node")) == [
+        "assumed: epochs=1, criticality=standard, multi_node=false "
+        "(defaults; set epochs:, criticality:, multi_node: in the workload)"]
+
+
+def test_nothing_is_assumed_when_every_default_is_written(tmp_path, capsys, catalog_prices):
+    assert _recommend_text(tmp_path, capsys, ()) == []
+
+
+def test_json_names_the_defaults_it_assumed(tmp_path, capsys, catalog_prices):
+    import json
+
+    w = tmp_path / "w.yaml"
+    w.write_text((EXAMPLES / "lora-7b.yaml").read_text().replace("  epochs: 2\n", ""))
+    capsys.readouterr()
+    cli.main(["recommend", str(w), "--json"])
+    assert json.loads(capsys.readouterr().out)["defaults_assumed"] == {"epochs": 1}
+    assert load(EXAMPLES / "lora-7b.yaml").defaulted() == {}
+    assert parse({"workload": {k: v for k, v in SEED.items() if k != "epochs"}}).defaulted() == {"epochs": 1}
+
+
+# docs/workload.md lists every field of the models, and only those, with the code's defaults.
+
+def _model_fields(model, prefix: str = ""):
+    """(dotted path, field) of every field of `model` and of the models it nests."""
+    from pydantic import BaseModel
+
+    from gpu_cluster.prices.validation import _unwrap
+
+    for name, field in model.model_fields.items():
+        yield prefix + name, field
+        inner = _unwrap(field.annotation)
+        if isinstance(inner, type) and issubclass(inner, BaseModel):
+            yield from _model_fields(inner, f"{prefix}{name}.")
+
+
+def _literals(annotation) -> set[str]:
+    import typing
+
+    if typing.get_origin(annotation) is typing.Literal:
+        return {str(a) for a in typing.get_args(annotation)}
+    return set().union(*(_literals(a) for a in typing.get_args(annotation))) if typing.get_args(annotation) else set()
+
+
+def _doc_rows() -> dict[str, dict[str, str]]:
+    rows, header = {}, None
+    for line in DOC.read_text().splitlines():
+        if not line.startswith("|"):
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        if cells[0] == "field":
+            header = cells
+        elif header and cells[0].startswith("`workload"):
+            assert len(cells) == len(header), line
+            name = cells[0].strip("`")
+            assert name not in rows, f"docs/workload.md lists {name} twice"
+            rows[name] = dict(zip(header, cells))
+    return rows
+
+
+def _default_cell(field) -> str:
+    if field.is_required():
+        return "required"
+    value = field.default
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    return f"`{value:g}`" if isinstance(value, (int, float)) else f"`{value}`"
+
+
+def test_the_workload_doc_names_every_field_of_the_model_and_no_other():
+    documented = set(_doc_rows())
+    fields = {path for path, _ in _model_fields(WorkloadDoc)}
+    assert fields - documented == set(), f"fields missing from docs/workload.md: {sorted(fields - documented)}"
+    assert documented - fields == set(), f"docs/workload.md names fields the model lacks: {sorted(documented - fields)}"
+
+
+def test_the_workload_doc_states_the_code_s_defaults_and_allowed_values():
+    rows = _doc_rows()
+    for path, field in _model_fields(WorkloadDoc):
+        row = rows[path]
+        assert row["default"] == _default_cell(field), (path, row["default"], _default_cell(field))
+        for value in _literals(field.annotation):
+            assert f"`{value}`" in row["allowed"], (path, value)
+    name = dict(_model_fields(WorkloadDoc))["workload.name"]
+    pattern = next(m.pattern for m in name.metadata if getattr(m, "pattern", None))
+    assert rows["workload.name"]["allowed"].startswith(f"`{pattern}`")

@@ -40,6 +40,13 @@ def _money(value, cur: str) -> str:
     return "unpriced" if value is None else f"{value:,.0f} {cur}"
 
 
+def _yaml_value(value) -> str:
+    """A default as the workload file would spell it: 1, false, standard."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return f"{value:g}" if isinstance(value, (int, float)) else str(value)
+
+
 def run(args: argparse.Namespace) -> int:
     import math
 
@@ -86,15 +93,21 @@ def run(args: argparse.Namespace) -> int:
                      > w.budget.monthly_limit else ""))
         files.write_text(path, header + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True), "--write-stack")
         written = path
+    assumed = w.defaulted()
     if args.json:
         data = rec.as_dict()
         data["stack_file"] = str(written) if written else None
+        data["defaults_assumed"] = assumed
         ui.out.print_json(json.dumps(data))
         return EXIT_OK if top else EXIT_VIOLATION
     cur = rec.currency
     ui.line(f"workload {w.name}: {w.model_params:.3g} parameters, {w.method}, {rec.tokens:.3g} training tokens "
             f"→ {rec.flops:.3g} FLOPs; budget {w.budget.monthly_limit:,.0f} {cur}/month"
             + (f", target {w.target_hours:g} h" if w.target_hours else ""))
+    if assumed:
+        ui.line("assumed: " + ", ".join(f"{k}={_yaml_value(v)}" for k, v in assumed.items())
+                + (" (default; set " if len(assumed) == 1 else " (defaults; set ")
+                + ", ".join(f"{k}:" for k in assumed) + " in the workload)")
     a = rec.assumptions
     ui.line(f"model: {a['bytes_per_param']:g} bytes/param sharded over all GPUs, {a['usable_gpu_memory']:.0%} of GPU "
             f"memory usable; {a['flops_per_param_token']} × params × tokens FLOPs at {a['mfu']:.0%} of peak dense "
