@@ -18,9 +18,20 @@ EPILOG = ("exit statuses: 0 clean, 1 a mandatory policy violation (recommend: no
           "2 bad input or an unreadable file. Each command's code: gpu_cluster/commands/<command>.py")
 
 
+def version() -> str:
+    """The installed package's version (pyproject.toml), or "unknown" when run from a tree not installed."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("gpu-cluster")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed: run make venv)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpu-cluster", description=__doc__.splitlines()[0].split(": ", 1)[1],
                                      epilog=EPILOG)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in commands.NAMES:
         importlib.import_module(f"gpu_cluster.commands.{name}").add_parser(sub)

@@ -10,7 +10,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import yaml
 
@@ -22,10 +22,25 @@ MAX_DEPTH = 64
 recursive reader would otherwise crash on a hostile file."""
 
 MAX_BYTES = 2 * 1024 ** 3
-"""Larger files are refused before they are read (a 38,000-resource export is about 60 MB)."""
+"""Larger plans and exports are refused before they are read (a 38,000-resource export is about 60 MB)."""
+
+MAX_INPUT_BYTES = 4 * 1024 ** 2
+"""Stack, workload, price and policy-config files larger than this (4 MiB) are refused before they are
+read: the largest sample stack file is under 2 KB, the price example under 10 KB."""
+
+MAX_YAML_NODES = 100_000
+"""A YAML document whose aliases expand to more values than this is refused before it is built: a
+"billion laughs" file of a kilobyte expands to billions (YAML 1.2, "Node Anchors" and "Alias Nodes": an
+alias stands for the whole anchored node, and every reader after the parser sees each copy)."""
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
-def read_text(path: Path, what: str) -> str:
+def _size(n: int) -> str:
+    return f"{n // 1024 ** 3} GiB" if n >= 1024 ** 3 else f"{n // 1024 ** 2} MiB"
+
+
+def read_text(path: Path, what: str, max_bytes: int = MAX_BYTES) -> str:
     """The UTF-8 text of `path`; `what` names the kind of file in messages ("stack file", "plan")."""
     path = Path(path)
     if path.is_dir():
@@ -33,9 +48,12 @@ def read_text(path: Path, what: str) -> str:
     if path.exists() and not path.is_file():
         raise UserError(f"{what} {path} is not a regular file (a device, a pipe or a socket); give the path of a file")
     try:
-        if path.stat().st_size > MAX_BYTES:
-            raise UserError(f"{what} {path} is larger than {MAX_BYTES // 1024 ** 3} GiB; no {what} is that large")
-        data = path.read_bytes()
+        if path.stat().st_size > max_bytes:
+            raise UserError(f"{what} {path} is larger than {_size(max_bytes)}; no {what} is that large")
+        with open(path, "rb") as f:  # read at most the cap: a file may grow after the check
+            data = f.read(max_bytes + 1)
+        if len(data) > max_bytes:
+            raise UserError(f"{what} {path} is larger than {_size(max_bytes)}; no {what} is that large")
     except FileNotFoundError:
         raise UserError(f"{what} {path} does not exist") from None
     except OSError as e:
@@ -127,11 +145,52 @@ def _shallow(doc: Any, where: str) -> Any:
     return doc
 
 
-def load_yaml(path: Path, what: str) -> Any:
-    """The strict-YAML document of `path`."""
-    text = read_text(path, what)
+def _expanded_nodes(root: yaml.Node, cap: int) -> int:
+    """How many nodes the document has once every alias is expanded, counting each anchored node once
+    per reference; stops past `cap` (a node that contains itself counts as past it). Linear in the
+    composed graph: each node's expanded size is computed once."""
+    sizes: dict[int, int] = {}
+    in_progress: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+
+    def children(node: yaml.Node) -> list[yaml.Node]:
+        if isinstance(node, yaml.MappingNode):
+            return [n for pair in node.value for n in pair]
+        return list(node.value) if isinstance(node, yaml.SequenceNode) else []
+
+    while stack:
+        node, finished = stack.pop()
+        key = id(node)
+        if finished:
+            sizes[key] = min(cap + 1, 1 + sum(sizes[id(c)] for c in children(node)))
+            in_progress.discard(key)
+            if sizes[key] > cap:
+                return sizes[key]
+            continue
+        if key in sizes:
+            continue
+        if key in in_progress:
+            return cap + 1
+        in_progress.add(key)
+        stack.append((node, True))
+        stack.extend((c, False) for c in children(node) if id(c) not in sizes)
+    return sizes[id(root)]
+
+
+def load_yaml(path: Path, what: str, max_bytes: int = MAX_INPUT_BYTES) -> Any:
+    """The strict-YAML document of `path`: at most `max_bytes`, and at most MAX_YAML_NODES values once
+    its aliases are expanded (both checked before anything is built from it)."""
+    text = read_text(path, what, max_bytes)
     try:
-        doc = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a safe loader
+        loader = _StrictLoader(text)
+        try:
+            node = loader.get_single_node()
+            if node is not None and _expanded_nodes(node, MAX_YAML_NODES) > MAX_YAML_NODES:
+                raise UserError(f"{what} {path} expands to more than {MAX_YAML_NODES:,} values through YAML aliases "
+                                f"(*name); write the values out, or use fewer aliases")
+            doc = loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
@@ -189,9 +248,33 @@ def output_dir(path: Path, what: str, create: bool = True) -> Path:
     return path
 
 
+def _linked(path: Path) -> Optional[Path]:
+    """The symbolic link a write to `path` would go through: the file itself, or, inside this checkout,
+    a folder between the checkout and it (a pull request can commit a link as build/ or build/review.md;
+    a folder outside the checkout is the user's own choice)."""
+    path = Path(os.path.abspath(path))
+    if path.is_symlink():
+        return path
+    try:
+        inside = path.relative_to(ROOT)
+    except ValueError:
+        return None
+    folder = ROOT
+    for part in inside.parts[:-1]:
+        folder = folder / part
+        if folder.is_symlink():
+            return folder
+    return None
+
+
 def output_file(path: Path, what: str) -> Path:
-    """A file path to write, its folder created; a sentence when it is a folder or cannot be made."""
+    """A file path to write, its folder created; a sentence when it is a folder, a symbolic link (or
+    under one inside this checkout), or cannot be made."""
     path = Path(path)
+    link = _linked(path)
+    if link is not None:
+        raise UserError(f"{what} {path}: {link} is a symbolic link; nothing is written through one: remove it or "
+                        f"give another path")
     if path.is_dir():
         raise UserError(f"{what} {path} is a folder; give the path of a file")
     output_dir(path.parent, f"the folder of {what}")
@@ -199,7 +282,11 @@ def output_file(path: Path, what: str) -> Path:
 
 
 def write_text(path: Path, text: str, what: str) -> None:
+    """Write `text` to `path` (checked by output_file), never following a link put there meanwhile."""
+    path = output_file(path, what)
     try:
-        output_file(path, what).write_text(text, encoding="utf-8")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
     except OSError as e:
         raise UserError(f"{what} {path} cannot be written: {e.strerror or e}") from None

@@ -42,7 +42,7 @@ from pulumi_policy.policy import _NotApplicableError
 from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, UnknownValueError, unknown_checking_proxy
 
 from gpu_cluster.errors import UserError
-from gpu_cluster.files import parse_json, read_text
+from gpu_cluster.files import MAX_INPUT_BYTES, parse_json, read_text
 from gpu_cluster.plan import Plan, Resource
 
 POLICIES_DIR = Path(__file__).resolve().parent.parent / "policies"
@@ -75,7 +75,7 @@ def load_policy_config(path: Optional[str]) -> Optional[dict]:
     """Read and check a policy-config JSON file; None when no path is given. Bad files raise UserError."""
     if not path:
         return None
-    text = read_text(Path(path), "policy config")
+    text = read_text(Path(path), "policy config", MAX_INPUT_BYTES)
     if not text.strip():
         return {}
     doc = parse_json(text, f"policy config {path}")

@@ -19,16 +19,17 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from gpu_cluster import contracts, files, ui
 from gpu_cluster.commands.plan import JOBS_ENV
 from gpu_cluster.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATION, UserError
 from gpu_cluster.plan import Plan, PlanFormatError, Resource, number
 from gpu_cluster.pricing import TC_FUNCTION, MonthlyCost, cost_controls_config, price_plan
-from gpu_cluster.stackfile import ROOT, SAMPLE_STACKS, STACK_NAME, known_stacks, stack_path
+from gpu_cluster.stackfile import ROOT, SAMPLE_STACKS, STACK_NAME, linked_stack_file
 
 STATEFUL = frozenset({
     "aws:fsx/lustreFileSystem:LustreFileSystem", "aws:ebs/volume:Volume", "aws:s3/bucket:Bucket",
@@ -69,6 +70,11 @@ class StackReview:
     notes: list[str] = field(default_factory=list)
     kept: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
     """Resources whose ignore_changes properties differ, which `pulumi up` leaves as created."""
+    invalid: str = ""
+    """Why the stack file no longer validates or renders in the pull request; then nothing is compared
+    (its resources are not shown as deleted) and the review exits 2."""
+    pack_differences: list[str] = field(default_factory=list)
+    """What the pull request's own policy pack says otherwise than the base's about this stack."""
 
     def count(self, action: str) -> int:
         return sum(1 for c in self.changes if c.action == action)
@@ -284,52 +290,90 @@ def _controls_lines(review: StackReview) -> list[str]:
     out = ["", "| cost control | before | after | note |", "|---|---|---|---|"]
     for n in names:
         note = (sides["after"].get(n) or sides["before"].get(n))["note"]
-        out.append(f"| {n} | {show(sides['before'].get(n))} | {show(sides['after'].get(n))} | {note} |")
+        out.append(f"| {n} | {md(show(sides['before'].get(n)))} | {md(show(sides['after'].get(n)))} | {md(note)} |")
     return out
 
 
+_MD_SPECIAL = str.maketrans({c: "\\" + c for c in "\\`*_[]|~"} | {"<": "&lt;", ">": "&gt;", "&": "&amp;",
+                                                                               "\n": " ", "\r": " "})
+
+
+def md(text: object) -> str:
+    """Text from a stack file or a program's message, safe in Markdown prose and table cells (never at the
+    start of a line: each starts with our own text): what would make emphasis, code, a link or image
+    (`[`, `]`; `(` acts only after `]`), a table cell's end or HTML is escaped (CommonMark: any ASCII
+    punctuation may be backslash-escaped; < > & as entities), and a line break becomes a space."""
+    return str(text).translate(_MD_SPECIAL)
+
+
+def code(text: object) -> str:
+    """A code span holding `text`: a backtick cannot close it (it becomes '), a pipe cannot end a table
+    cell (GitHub reads \\| as | even in a code span), a line break becomes a space; inside a code span
+    nothing else is Markdown or HTML."""
+    inner = str(text).replace("`", "'").replace("|", "\\|").replace("\n", " ").replace("\r", " ")
+    return f"`{inner}`"
+
+
 def render_markdown(reviews: list[StackReview], base_ref: str) -> str:
-    out = [f"## gpu-cluster review against `{base_ref}`", ""]
+    out = [f"## gpu-cluster review against {code(base_ref)}", ""]
+    invalid = [r for r in reviews if r.invalid]
+    if invalid:
+        out += ["> [!IMPORTANT]", "> **Invalid stack file: the pull request breaks these stacks (nothing else is "
+                "compared for them).**"]
+        out += [f"> - {code(r.stack)}: invalid stack file: {md(r.invalid)}" for r in invalid]
+        out.append("")
     dangerous = [(r.stack, c) for r in reviews for c in r.changes if c.dangerous]
     if dangerous:
         out += ["> [!CAUTION]", "> **Stateful resources would be replaced or deleted — data loss.**"]
         for stack, c in dangerous:
             guard = " It is `protect`ed, so `pulumi up` will refuse until it is unprotected." if c.protected else ""
-            out.append(f"> - `{stack}`: **{c.action}** `{c.type}` `{c.name}`"
-                       f"{' (' + c.why + ')' if c.why else ''}.{guard}")
+            out.append(f"> - {code(stack)}: **{c.action}** {code(c.type)} {code(c.name)}"
+                       f"{' (' + md(c.why) + ')' if c.why else ''}.{guard}")
         out.append("")
     refused = [(r.stack, c) for r in reviews for c in r.changes if c.refused]
     if refused:
         out += ["> [!WARNING]", "> **`pulumi up` would fail here: the provider cannot delete these as they are.**"]
-        out += [f"> - `{stack}`: **{c.action}** `{c.type}` `{c.name}`: {c.refused}." for stack, c in refused]
+        out += [f"> - {code(stack)}: **{c.action}** {code(c.type)} {code(c.name)}: {md(c.refused)}."
+                for stack, c in refused]
         out.append("")
     out += ["| stack | added | changed | replaced | deleted | monthly cost | new violations | fixed |",
             "|---|---|---|---|---|---|---|---|"]
     for r in reviews:
-        out.append(f"| {r.stack} | {r.count('add')} | {r.count('change')} | {r.count('replace')} | "
-                   f"{r.count('delete')} | {_cost_line(r)} | {len(r.new_violations)} | {len(r.fixed_violations)} |")
-    for r in reviews:
-        controls = _controls_lines(r)
-        if not (r.changes or r.new_violations or r.fixed_violations or r.notes or controls or r.kept):
+        if r.invalid:
+            out.append(f"| {md(r.stack)} | — | — | — | — | invalid stack file | — | — |")
             continue
-        out += ["", f"### {r.stack}", ""]
-        out += [f"- note: {n}".replace("\n", "\n  ") for n in r.notes]
+        out.append(f"| {md(r.stack)} | {r.count('add')} | {r.count('change')} | {r.count('replace')} | "
+                   f"{r.count('delete')} | {md(_cost_line(r))} | {len(r.new_violations)} | {len(r.fixed_violations)} |")
+    for r in reviews:
+        controls = [] if r.invalid else _controls_lines(r)
+        if not (r.changes or r.new_violations or r.fixed_violations or r.notes or controls or r.kept
+                or r.invalid or r.pack_differences):
+            continue
+        out += ["", f"### {md(r.stack)}", ""]
+        if r.invalid:
+            out.append(f"- **invalid stack file**: {md(r.invalid)}")
+        out += [f"- note: {md(n)}" for n in r.notes]
         if r.kept:
             out.append("- kept as created (the program ignores changes to these, so `pulumi up` leaves them; "
                        "a replacement keeps them too; only a resource created anew gets the new values): "
-                       + ", ".join(f"`{name}` ({', '.join(keys)})" for name, keys in r.kept))
-        out.append(f"- monthly cost: {_cost_line(r)}")
+                       + ", ".join(f"{code(name)} ({md(', '.join(keys))})" for name, keys in r.kept))
+        if r.invalid:
+            continue
+        out.append(f"- monthly cost: {md(_cost_line(r))}")
         out += controls
         if r.changes:
             out += ["", "| action | type | name | what |", "|---|---|---|---|"]
             for c in r.changes:
                 what = c.why or ", ".join(c.keys)
                 mark = " ⚠️" if c.dangerous or c.refused else ""
-                out.append(f"| {c.action}{mark} | `{c.type}` | `{c.name}` | {what} |")
+                out.append(f"| {c.action}{mark} | {code(c.type)} | {code(c.name)} | {md(what)} |")
         for title, vs in (("New policy violations", r.new_violations), ("Fixed policy violations", r.fixed_violations)):
             if vs:
                 out += ["", f"**{title}**", ""]
-                out += [f"- `{v['policy']}` ({v['enforcement']}): {v['message']}" for v in vs]
+                out += [f"- {code(v['policy'])} ({md(v['enforcement'])}): {md(v['message'])}" for v in vs]
+        if r.pack_differences:
+            out += ["", "**The pull request's own policy pack differs** (the base branch's pack decides the status)", ""]
+            out += [f"- {md(d)}" for d in r.pack_differences]
     return "\n".join(out) + "\n"
 
 
@@ -346,16 +390,19 @@ def _git(*args: str, cwd: Path = ROOT) -> str:
     return result.stdout
 
 
-def changed_stacks(base: str) -> list[str]:
-    """Stack files added or changed between BASE and the work tree (tracked or not)."""
-    names = _git("diff", "--name-only", base, "--", "stacks/").split("\n")
-    names += _git("ls-files", "--others", "--exclude-standard", "--", "stacks/").split("\n")
+def changed_stacks(base: str, head: Path = ROOT) -> list[str]:
+    """Stack files added, changed or removed between BASE and the tree `head` (tracked or not)."""
+    names = _git("diff", "--name-only", base, "--", "stacks/", cwd=head).split("\n")
+    names += _git("ls-files", "--others", "--exclude-standard", "--", "stacks/", cwd=head).split("\n")
     return sorted({Path(n).name[len("Pulumi."):-len(".yaml")] for n in names
                    if Path(n).name.startswith("Pulumi.") and n.endswith(".yaml")})
 
 
 # The renderer's package at a revision: `gpu_cluster` now, `offline` before the command-line tool.
 _RENDERERS = ("gpu_cluster", "offline")
+
+DEFAULT_BUDGET_S = 900
+"""A review's wall-clock budget by default (--timeout): the ten sample stacks take about 10 s a side here."""
 
 
 @dataclass
@@ -369,25 +416,44 @@ class Side:
     """Per stack, the report's `ignore_changes` (absent in reports of older revisions)."""
 
 
-def _start_side(tree: Path, stacks: list[str], out: Path) -> tuple[Optional[subprocess.Popen], list[Path], str]:
+@dataclass
+class Run:
+    """A side's renderer process, and how to read what it says."""
+
+    proc: Optional[subprocess.Popen]
+    files: list[Path]
+    note: str
+    json: bool = False
+    """The renderer answers `plan --json` (this program and later): its result is read from that
+    document; an older base is read from its `error:` lines once."""
+
+
+def _speaks_json(tree: Path, package: str) -> bool:
+    plan_command = tree / package / "commands" / "plan.py"
+    return plan_command.is_file() and '"--json"' in plan_command.read_text(encoding="utf-8", errors="replace")
+
+
+def _start_side(tree: Path, stacks: list[str], out: Path) -> Run:
     files = [tree / "stacks" / f"Pulumi.{s}.yaml" for s in stacks]
     present = [f for f in files if f.is_file()]
     package = next((p for p in _RENDERERS if (tree / p / "__main__.py").is_file()), None)
     if package is None:
-        return None, present, "no offline renderer at this revision; every resource counts as added"
+        return Run(None, present, "no offline renderer at this revision; every resource counts as added")
     if not present:
-        return None, present, ""
-    args = [sys.executable, "-m", package, "plan", "--out", str(out)]
+        return Run(None, present, "")
+    speaks_json = _speaks_json(tree, package)
+    args = [sys.executable, "-m", package, "plan", "--out", str(out), *(["--json"] if speaks_json else [])]
     for f in present:
         args += ["--stack-file", str(f)]
     # The two sides render at once, one process each: a side's own workers would only contend for the cores.
     env = {**os.environ, JOBS_ENV: "1"}
-    return (subprocess.Popen(args, cwd=tree, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env),
-            present, "")
+    return Run(subprocess.Popen(args, cwd=tree, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                start_new_session=True),
+               present, "", speaks_json)
 
 
 def _failures(stderr: str, files: list[Path]) -> dict[str, str]:
-    """Each failed stack's whole reason, from the renderer's `error: <file>: ...` blocks."""
+    """Each failed stack's whole reason, from an older renderer's `error: <file>: ...` blocks."""
     blocks: list[str] = []
     for line in stderr.splitlines():
         if line.startswith("error: "):
@@ -405,13 +471,41 @@ def _failures(stderr: str, files: list[Path]) -> dict[str, str]:
     return out
 
 
-def _finish_side(proc: Optional[subprocess.Popen], files: list[Path], out: Path, stacks: list[str],
-                 note: str) -> Side:
-    side = Side(note=note)
-    if proc is not None:
-        _, stderr = proc.communicate()
-        side.failures = _failures(stderr, files)
-        if proc.returncode == 2 and not side.failures:
+def _json_failures(stdout: str, files: list[Path]) -> Optional[dict[str, str]]:
+    """Each failed stack's reason from the renderer's `plan --json` document; None when it printed none."""
+    try:
+        doc = json.loads(stdout)
+        entries = doc["stacks"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    out = {}
+    by_file = {str(f): f for f in files}
+    for entry in entries if isinstance(entries, list) else []:
+        if not isinstance(entry, dict) or entry.get("status") == "ok" or entry.get("file") not in by_file:
+            continue
+        f, why = by_file[entry["file"]], str(entry.get("error") or "it did not render")
+        out[f.name[len("Pulumi."):-len(".yaml")]] = why[len(f"{f}: "):] if why.startswith(f"{f}: ") else why
+    return out
+
+
+def _stop(run: Run) -> None:
+    if run.proc is not None and run.proc.poll() is None:
+        os.killpg(run.proc.pid, 9)
+        run.proc.wait()
+
+
+def _finish_side(run: Run, out: Path, stacks: list[str], deadline: float, budget_s: float) -> Side:
+    side = Side(note=run.note)
+    if run.proc is not None:
+        try:
+            stdout, stderr = run.proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _stop(run)
+            raise ReviewError(f"the review ran out of its {budget_s:g}-second budget while rendering; no verdict "
+                              f"(raise it with --timeout SECONDS)") from None
+        failures = _json_failures(stdout, run.files) if run.json else None
+        side.failures = failures if failures is not None else _failures(stderr, run.files)
+        if run.proc.returncode == 2 and not side.failures:
             side.note = stderr.strip().splitlines()[-1] if stderr.strip() else "the renderer failed"
     for s in stacks:
         path = out / f"{s}.json"
@@ -430,77 +524,201 @@ def _at_base(base: str, path: str) -> bool:
     return subprocess.run(["git", "cat-file", "-e", f"{base}:{path}"], cwd=ROOT, capture_output=True).returncode == 0
 
 
-def review_stacks(base: str, only: Sequence[str] = ()) -> list[str]:
-    """The stacks a review renders, sample stacks first: `only` (each must have a stack file in the work
-    tree or at BASE), else every sample stack and every stack file changed since BASE."""
+def review_stacks(base: str, only: Sequence[str] = (), head: Path = ROOT) -> list[str]:
+    """The stacks a review renders, sample stacks first: `only` (each must have a stack file in `head` or
+    at BASE), else every stack file of `head`'s stacks/ (the samples and the team's own) and every stack
+    file changed or removed since BASE."""
     for name in only:
-        path = stack_path(name)
-        relative = path.relative_to(ROOT).as_posix()
-        if not STACK_NAME.fullmatch(name) or not path.is_file() and not _at_base(base, relative):
+        relative = f"stacks/Pulumi.{name}.yaml"
+        if not STACK_NAME.fullmatch(name) or not (head / relative).is_file() and not _at_base(base, relative):
             raise ReviewError(f"--stack {name!r}: there is no {relative} in the work tree or at {base}; stacks here: "
-                              f"{', '.join(known_stacks())}")
+                              f"{', '.join(_stacks_in(head))}")
     order = {s: i for i, s in enumerate(SAMPLE_STACKS)}
-    chosen = set(only) if only else set(SAMPLE_STACKS) | set(changed_stacks(base))
+    chosen = set(only) if only else set(_stacks_in(head)) | set(changed_stacks(base, head))
     return sorted(chosen, key=lambda s: (order.get(s, len(order)), s))
 
 
-def review_command(base: str, out: Path, only: Sequence[str] = ()) -> int:
-    """Render both sides in parallel, compare, write `out`; 2 when a stack failed to render on a side."""
+def _stacks_in(tree: Path) -> list[str]:
+    return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in (tree / "stacks").glob("Pulumi.*.yaml"))
+
+
+def _refused_in_head(stacks: Sequence[str], head: Path) -> dict[str, str]:
+    """Head stacks refused before anything renders them: a name that is no stack name, or a file in stacks/
+    that is a symbolic link or resolves outside the tree."""
+    out = {}
+    for s in stacks:
+        path = head / "stacks" / f"Pulumi.{s}.yaml"
+        if not STACK_NAME.fullmatch(s):
+            out[s] = (f"stacks/{path.name}: {s!r} is not a stack name; allowed: up to 100 letters, digits, '-', '_' "
+                      f"and '.', not starting with '.'")
+        elif path.is_symlink() or path.exists():
+            refused = linked_stack_file(path, head / "stacks")
+            if refused:
+                out[s] = refused
+    return out
+
+
+def _their_verdicts(head: Path, plan_dir: Path, stacks: Iterable[str], deadline: float,
+                    budget_s: float) -> dict[str, Optional[set[tuple[str, str, str]]]]:
+    """When the pull request changes policies/, its own pack judges its plans too (its `check --json`, in its
+    tree): per stack, the violations it reports (None: it gave no verdict). Empty when policies/ is the base's."""
+    if not (head / "policies").is_dir() or _same_tree(head / "policies", ROOT / "policies"):
+        return {}
+    out: dict[str, Optional[set[tuple[str, str, str]]]] = {}
+    for stack in stacks:
+        path = plan_dir / f"{stack}.json"
+        if not path.is_file():
+            continue
+        try:
+            result = subprocess.run([sys.executable, "-m", "gpu_cluster", "check", "--json", str(path)], cwd=head,
+                                    capture_output=True, text=True, timeout=max(1.0, deadline - time.monotonic()))
+            out[stack] = {_violation_key(v) for v in json.loads(result.stdout)["violations"]}
+        except subprocess.TimeoutExpired:
+            raise ReviewError(f"the review ran out of its {budget_s:g}-second budget while the pull request's policy "
+                              f"pack judged {stack}; no verdict (raise it with --timeout SECONDS)") from None
+        except (ValueError, KeyError, TypeError):
+            out[stack] = None
+    return out
+
+
+def _pack_differences(review: StackReview, theirs: Optional[set[tuple[str, str, str]]]) -> list[str]:
+    """What the pull request's own pack says otherwise than this (the base's) pack about one stack."""
+    from gpu_cluster.policyrun import run_policies
+
+    if theirs is None:
+        return ["the pull request's policy pack gave no verdict on this stack"]
+    ours = {_violation_key(v.as_dict()) for v in (run_policies(review.head) if review.head else [])}
+    return ([f"would not report {p} on {urn.rsplit('::', 1)[-1]}: {m}" for p, urn, m in sorted(ours - theirs)]
+            + [f"would also report {p} on {urn.rsplit('::', 1)[-1]}: {m}" for p, urn, m in sorted(theirs - ours)])
+
+
+def _same_tree(a: Path, b: Path) -> bool:
+    """The same files with the same bytes under a and b (caches and virtualenvs aside)."""
+    def files_of(root: Path) -> dict[str, bytes]:
+        return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
+                if p.is_file() and not p.is_symlink() and not {"__pycache__", "venv", ".venv"} & set(p.relative_to(root).parts)}
+    return files_of(a) == files_of(b)
+
+
+def review_command(base: str, out: Path, only: Sequence[str] = (), head: Optional[Path] = None,
+                   budget_s: float = DEFAULT_BUDGET_S, as_json: bool = False) -> int:
+    """Render both sides in parallel, compare with this program's pricer and policy pack, write `out`.
+    `head`: the tree to review (a pull request's checkout), by default this program's own."""
+    started = time.monotonic()
+    deadline = started + budget_s
+    head = Path(head).resolve() if head is not None else ROOT
     if base.startswith("-"):
         raise ReviewError(f"BASE={base!r} is not a git ref (it starts with '-')")
+    if budget_s <= 0:
+        raise ReviewError(f"--timeout {budget_s:g}: allowed: a number of seconds above 0")
+    if not (head / "stacks").is_dir():
+        raise ReviewError(f"--head {head}: there is no stacks/ folder in it; give the checkout of the pull request")
     try:
-        _git("rev-parse", "--verify", "--quiet", "--end-of-options", f"{base}^{{commit}}")
+        _git("rev-parse", "--verify", "--quiet", "--end-of-options", f"{base}^{{commit}}", cwd=head)
     except ReviewError:
         raise ReviewError(f"BASE={base!r} is not a commit in this repository") from None
     files.output_file(out, "--out")
-    stacks = review_stacks(base, only)
+    stacks = review_stacks(base, only, head)
+    refused = _refused_in_head(stacks, head)
+    rendered = [s for s in stacks if s not in refused]
     with tempfile.TemporaryDirectory(prefix="gpu-cluster-review-") as tmp:
         tree = Path(tmp) / "base"
-        _git("worktree", "add", "--detach", "--quiet", str(tree), f"{base}^{{commit}}")
+        _git("worktree", "add", "--detach", "--quiet", str(tree), f"{base}^{{commit}}", cwd=head)
         try:
-            ui.note(f"rendering {len(stacks)} stack(s) at {base} and in the work tree, side by side")
-            base_run = _start_side(tree, stacks, Path(tmp) / "base-plans")
-            head_run = _start_side(ROOT, stacks, Path(tmp) / "head-plans")
-            base_side = _finish_side(base_run[0], base_run[1], Path(tmp) / "base-plans", stacks, base_run[2])
-            head_side = _finish_side(head_run[0], head_run[1], Path(tmp) / "head-plans", stacks, head_run[2])
+            ui.note(f"rendering {len(rendered)} stack(s) at {base} and in {'the work tree' if head == ROOT else head}, "
+                    f"side by side")
+            base_run = _start_side(tree, rendered, Path(tmp) / "base-plans")
+            head_run = _start_side(head, rendered, Path(tmp) / "head-plans")
+            try:
+                base_side = _finish_side(base_run, Path(tmp) / "base-plans", rendered, deadline, budget_s)
+                head_side = _finish_side(head_run, Path(tmp) / "head-plans", rendered, deadline, budget_s)
+            finally:
+                _stop(base_run)
+                _stop(head_run)
             _keep_packages(tree, base_side.plans.values())
+            theirs = _their_verdicts(head, Path(tmp) / "head-plans", head_side.plans, deadline, budget_s)
         finally:
-            _git("worktree", "remove", "--force", str(tree))
-    reviews = []
+            _git("worktree", "remove", "--force", str(tree), cwd=head)
+    head_side.failures.update(refused)
+    reviews: dict[str, StackReview] = {}
     failed = []
     for s in stacks:
-        review = review_stack(s, base_side.plans.get(s), head_side.plans.get(s), head_side.ignore_changes.get(s))
-        for label, side, ref in (("base", base_side, base), ("head", head_side, "the work tree")):
-            if s in side.failures:
-                review.notes.append(f"{label}: stack {s} does not render at {ref}: {side.failures[s]}")
-                # A base that fails is a stack this change repairs (or removes): a note only.
-                if label == "head":
-                    failed.append((label, s, side.failures[s]))
-        if s not in base_side.plans and s not in base_side.failures:
+        if s in head_side.failures:
+            # The pull request breaks this stack: say why, and compare nothing (no deletions, no cost).
+            reviews[s] = review = StackReview(stack=s, base=base_side.plans.get(s), head=None,
+                                              invalid=head_side.failures[s])
+            failed.append(("head", s, head_side.failures[s]))
+        else:
+            review = review_stack(s, base_side.plans.get(s), head_side.plans.get(s), head_side.ignore_changes.get(s))
+            reviews[s] = review
+        if s in base_side.failures:
+            # A base that fails is a stack this change repairs (or removes): a note only.
+            review.notes.append(f"base: stack {s} does not render at {base}: {base_side.failures[s]}")
+        if s not in base_side.plans and s not in base_side.failures and s not in refused:
             review.notes.append(f"no plan at {base}: " + (base_side.note or "a new stack"))
         if s not in head_side.plans and s not in head_side.failures:
             review.notes.append("no plan in the work tree: " + (head_side.note or "the stack file was removed"))
-        reviews.append(review)
-    files.write_text(out, render_markdown(reviews, base), "--out")
+        if time.monotonic() > deadline:
+            raise ReviewError(f"the review ran out of its {budget_s:g}-second budget while comparing the plans; no "
+                              f"verdict (raise it with --timeout SECONDS)")
+    for s, verdict in theirs.items():
+        reviews[s].pack_differences = _pack_differences(reviews[s], verdict)
+    status = review_status(list(reviews.values()), failed)
+    files.write_text(out, render_markdown(list(reviews.values()), base), "--out")
+    if as_json:
+        ui.json_document(review_json(list(reviews.values()), base, status))
+        return status
     ui.line(f"review of {len(stacks)} stack(s) against {base} written to {out}")
-    for r in reviews:
-        ui.line(f"  {r.stack}: +{r.count('add')} ~{r.count('change')} ±{r.count('replace')} -{r.count('delete')}; "
+    for r in reviews.values():
+        ui.line(f"  {r.stack}: invalid stack file" if r.invalid else
+                f"  {r.stack}: +{r.count('add')} ~{r.count('change')} ±{r.count('replace')} -{r.count('delete')}; "
                 f"{_cost_line(r)}")
     for label, stack, why in failed:
-        ui.line(f"{label}: stack {stack} does not render: {why}")
-    if any(c.dangerous for r in reviews for c in r.changes):
+        ui.line(f"{label}: stack {stack} is invalid: {why}")
+    if any(c.dangerous for r in reviews.values() for c in r.changes):
         ui.warn("stateful resources would be replaced or deleted; see the review")
-    if any(c.refused for r in reviews for c in r.changes):
+    if any(c.refused for r in reviews.values() for c in r.changes):
         ui.warn("the provider would refuse to delete resources this change replaces or removes; see the review")
-    return review_status(reviews, failed)
+    _say_status(reviews.values(), failed)
+    return status
 
 
 def review_status(reviews: Sequence[StackReview], failed: Sequence[tuple[str, str, str]]) -> int:
-    """2 when a stack does not render (a base that fails while its head renders is repaired, not failed),
-    else 1 when the head adds a mandatory policy violation to any stack, else 0. 2 wins over 1."""
+    """2 when a stack does not render in the pull request (a base that fails while its head renders is
+    repaired, not failed), else 1 when the head adds a mandatory policy violation to any stack, else 0.
+    2 wins over 1."""
     if failed:
         return EXIT_BAD_INPUT
-    new = [(r.stack, v) for r in reviews for v in r.new_violations if v.get("enforcement") == "mandatory"]
-    for stack, v in new:
+    return EXIT_VIOLATION if _new_mandatory(reviews) else EXIT_OK
+
+
+def _new_mandatory(reviews: Iterable[StackReview]) -> list[tuple[str, dict]]:
+    return [(r.stack, v) for r in reviews for v in r.new_violations if v.get("enforcement") == "mandatory"]
+
+
+def _say_status(reviews: Iterable[StackReview], failed: Sequence[tuple[str, str, str]]) -> None:
+    for stack, v in _new_mandatory(reviews):
         ui.line(f"{stack}: new mandatory violation {v['policy']}: {v['message']}")
-    return EXIT_VIOLATION if new else EXIT_OK
+
+
+def review_json(reviews: Sequence[StackReview], base: str, status: int) -> dict:
+    """`review --json` (docs/cli-json.md)."""
+    from gpu_cluster.commands.plan import JSON_VERSION
+
+    def cost(c: Optional[MonthlyCost]) -> Optional[dict]:
+        return None if c is None else {"total": c.total, "currency": c.currency, "unpriced": len(c.unpriced)}
+
+    stacks = []
+    for r in reviews:
+        entry: dict[str, Any] = {"stack": r.stack, "status": "invalid" if r.invalid else "ok"}
+        if r.invalid:
+            entry["error"] = r.invalid
+        else:
+            entry.update({action: r.count(action) for action in ("add", "change", "replace", "delete")})
+            entry.update({"cost_before": cost(r.cost_before), "cost_after": cost(r.cost_after),
+                          "new_violations": r.new_violations, "fixed_violations": r.fixed_violations,
+                          "dangerous": [c.name for c in r.changes if c.dangerous],
+                          "pack_differences": r.pack_differences})
+        entry["notes"] = r.notes
+        stacks.append(entry)
+    return {"version": JSON_VERSION, "command": "review", "base": base, "exit_status": status, "stacks": stacks}

@@ -3,6 +3,7 @@ at once (docs/architecture.md, "Stack file")."""
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +53,13 @@ def known_stacks() -> list[str]:
     return sorted(stack_name_of(p) for p in STACKS_DIR.glob("Pulumi.*.yaml"))
 
 
+def every_stack() -> list[str]:
+    """Every stack with a file in stacks/, the samples first in their order, then the others by name:
+    what `plan` and `review` cover by default, so a team's own stacks are gated like the samples."""
+    order = {s: i for i, s in enumerate(SAMPLE_STACKS)}
+    return sorted(known_stacks(), key=lambda s: (order.get(s, len(order)), s))
+
+
 def stack_name_of(path: Path) -> str:
     """The stack a file configures: `Pulumi.<stack>.yaml` (Pulumi's naming), else the file's stem."""
     name = Path(path).name
@@ -61,9 +69,29 @@ def stack_name_of(path: Path) -> str:
     return Path(path).stem
 
 
+def linked_stack_file(path: Path, stacks_dir: Optional[Path] = None) -> Optional[str]:
+    """Why a stack file in `stacks_dir` (default: this checkout's stacks/) may not be read, or None: it is a
+    symbolic link, or it resolves outside the repository (the folder above stacks/). A pull request could
+    otherwise make a stack of any file on the machine and have its values echoed into the review. A file
+    named outside stacks/ is the user's own choice."""
+    stacks_dir = STACKS_DIR if stacks_dir is None else stacks_dir
+    path = Path(os.path.abspath(path))
+    if path.parent != stacks_dir:
+        return None
+    if path.is_symlink():
+        return f"stack file {path} is a symbolic link; stack files in stacks/ must be regular files"
+    resolved = path.resolve()
+    if not resolved.is_relative_to(stacks_dir.parent.resolve()):
+        return f"stack file {path} resolves to {resolved}, outside the repository; stack files in stacks/ must be in it"
+    return None
+
+
 def read_stack_file(path: Path, stack: Optional[str] = None) -> StackFile:
     """Read `Pulumi.<stack>.yaml`; the stack name comes from the file name unless given."""
     path = Path(path)
+    refused = linked_stack_file(path)
+    if refused:
+        raise StackFileError(refused)
     try:
         doc = load_yaml(path, "stack file")
     except UserError as e:

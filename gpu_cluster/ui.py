@@ -43,10 +43,30 @@ def line(message: str = "") -> None:
     out.print(escape(message))
 
 
+def heading(message: str) -> None:
+    """A block's first line on standard output (a stack's notes and findings follow it)."""
+    out.print(f"[bold]{escape(message)}[/]")
+
+
+def clipped(message: str) -> None:
+    """One line of results cut to the output's width (…), for a summary that must fit a screen."""
+    width = out.width or 80
+    out.print(escape(message if len(message) <= width else message[:width - 1] + "…"), soft_wrap=False)
+
+
+def json_document(doc: object) -> None:
+    """A JSON result on standard output, alone (progress and notes go to standard error)."""
+    import json
+
+    sys.stdout.write(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
 def table(header: Sequence[str], rows: Iterable[Sequence[object]], title: Optional[str] = None,
           right: Sequence[str] = ()) -> None:
     """A table of results on standard output; columns named in `right` are right-aligned."""
-    t = Table(box=box.SIMPLE_HEAD, title=title, title_justify="left", pad_edge=False, show_edge=False)
+    t = Table(box=box.SIMPLE_HEAD, title=title, title_justify="left", pad_edge=False, show_edge=False,
+              collapse_padding=True)
     for name in header:
         t.add_column(name, justify="right" if name in right else "left", overflow="fold")
     for row in rows:

@@ -170,7 +170,7 @@ def test_make_review_against_a_base_ref(tmp_path):
 
 
 def test_a_review_covers_every_sample_stack_and_every_changed_stack_file(tmp_path, monkeypatch):
-    monkeypatch.setattr(review_mod, "changed_stacks", lambda base: ["aws-entry", "zz-new", "a-new"])
+    monkeypatch.setattr(review_mod, "changed_stacks", lambda base, head=None: ["aws-entry", "zz-new", "a-new"])
     assert review_mod.review_stacks("HEAD") == [*SAMPLE_STACKS, "a-new", "zz-new"]
     assert review_mod.review_stacks("HEAD", ["tencent-mid", "aws-large", "aws-large"]) == ["aws-large", "tencent-mid"]
 
@@ -263,7 +263,7 @@ def test_a_pull_request_adding_a_user_stack_with_a_mandatory_violation_fails_the
     run("git", "-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-qam", "repair it")
     result = _review(clone, tmp_path / "review.md", "team")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "base: stack team does not render at HEAD~1" in (tmp_path / "review.md").read_text()
+    assert "base: stack team does not render at HEAD\\~1" in (tmp_path / "review.md").read_text(), result.stdout + result.stderr
 
 
 def _stack_review(name: str, new=(), failed=False):
@@ -277,3 +277,62 @@ def test_the_review_status_two_wins_over_one_and_advisories_pass():
     assert status([_stack_review("a", [("budget-covers-estimate", "advisory")])], []) == 0
     assert status([_stack_review("a"), _stack_review("b", [("no-public-ssh", "mandatory")])], []) == 1
     assert status([_stack_review("b", [("no-public-ssh", "mandatory")])], [("head", "c", "invalid")]) == 2
+
+
+def test_a_pull_request_that_breaks_a_stack_file_exits_2_and_shows_why_not_deletions(tmp_path):
+    """The gate on a broken file: exit 2, "invalid stack file" with its reason, no CAUTION and no deletion
+    of the stack's resources; a symbolic link as a stack file is refused the same way, and the review's
+    JSON says so too."""
+    import json
+
+    clone, run = _clone_with_this_code(tmp_path)
+    stack = clone / "stacks" / "Pulumi.tencent-entry.yaml"
+    stack.write_text(stack.read_text().replace("nodes: 1", "nodes: 0"))
+    (clone / "stacks" / "Pulumi.zz-link.yaml").symlink_to("/etc/hostname")
+    run("git", "add", "-A")
+    run("git", "-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-qm", "break it")
+    result = subprocess.run([sys.executable, "-m", "gpu_cluster", "review", "--base", "HEAD~1", "--stack",
+                             "tencent-entry", "--stack", "zz-link", "--out", str(tmp_path / "review.md"), "--json"],
+                            cwd=clone, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result.stdout + result.stderr
+    md = (tmp_path / "review.md").read_text()
+    assert "`tencent-entry`: invalid stack file: invalid stack file: - cluster.nodes=0: must be at least 1" in " ".join(
+        md.split())
+    assert "| tencent-entry | — | — | — | — | invalid stack file |" in md
+    assert "CAUTION" not in md and not [line for line in md.splitlines() if line.startswith("| delete")]
+    assert "is a symbolic link; stack files in stacks/ must be regular files" in md
+    doc = json.loads(result.stdout)
+    assert doc["exit_status"] == 2 and [s["status"] for s in doc["stacks"]] == ["invalid", "invalid"]
+
+
+def test_the_base_tools_pack_judges_a_pull_request_that_weakens_a_rule(tmp_path):
+    """A pull request that opens SSH and deletes the rule that catches it: the base checkout's
+    gpu-cluster reviews the pull request's checkout (--head), its pack reports the violation (exit 1),
+    and the review shows what the pull request's own pack would have said otherwise."""
+    clone, run = _clone_with_this_code(tmp_path)
+    stack = clone / "stacks" / "Pulumi.tencent-entry.yaml"
+    stack.write_text(stack.read_text().replace("ssh_cidrs: []", 'ssh_cidrs: ["0.0.0.0/0"]'))
+    pack = clone / "policies" / "gpu_guardrails" / "network.py"
+    text = pack.read_text()
+    assert "lets the whole internet reach port" in text
+    pack.write_text(text.replace("lets the whole internet reach port", "is fine on port"))
+    run("git", "-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-qam", "open ssh, soften the pack")
+    result = subprocess.run([sys.executable, "-m", "gpu_cluster", "review", "--base", "HEAD~1", "--head", str(clone),
+                             "--stack", "tencent-entry", "--out", str(tmp_path / "review.md")],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1, result.stdout + result.stderr
+    md = (tmp_path / "review.md").read_text()
+    assert "- `no-public-ssh` (mandatory): 'tc-entry-sg-rules' lets the whole internet reach port 22" in md
+    assert "The pull request's own policy pack differs" in md
+    assert "would not report no-public-ssh on tc-entry-sg-rules: 'tc-entry-sg-rules' lets the whole internet" in md
+    assert "would also report no-public-ssh on tc-entry-sg-rules: 'tc-entry-sg-rules' is fine on port 22" in md
+
+
+def test_a_review_that_runs_out_of_its_budget_exits_2_saying_so(tmp_path, capsys):
+    from gpu_cluster.cli import main
+
+    capsys.readouterr()
+    status = main(["review", "--base", "HEAD", "--stack", "tencent-entry", "--timeout", "0.001",
+                   "--out", str(tmp_path / "r.md")])
+    err = capsys.readouterr().err
+    assert status == 2 and "the review ran out of its 0.001-second budget" in err and "Traceback" not in err

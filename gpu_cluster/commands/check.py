@@ -23,6 +23,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description=__doc__.split("\n\n")[0].split(": ", 1)[1])
     p.add_argument("plan", metavar="PLAN", help="plan, stack-export (version 3 or 4) or DIY-backend state JSON file")
     p.add_argument("--policy-config", metavar="FILE", help="policy-config JSON file (Pulumi's format)")
+    p.add_argument("--json", action="store_true", help="one JSON document on standard output (docs/cli-json.md)")
     p.set_defaults(run=run)
 
 
@@ -50,6 +51,13 @@ def run(args: argparse.Namespace) -> int:
         violations = run_policies(plan, config, progress=progress)
     except RuntimeError as e:
         raise UserError(f"{args.plan}: a policy could not judge this file: {e}") from None
-    ui.line(format_violations(violations))
+    status = EXIT_VIOLATION if any(v.enforcement == "mandatory" for v in violations) else EXIT_OK
+    if args.json:
+        from gpu_cluster.commands.plan import JSON_VERSION
+
+        ui.json_document({"version": JSON_VERSION, "command": "check", "file": str(args.plan), "exit_status": status,
+                          "resources": len(plan.resources), "violations": [v.as_dict() for v in violations]})
+    else:
+        ui.line(format_violations(violations))
     ui.note(f"judged {len(plan.resources):,} resources in {time.perf_counter() - started:.1f} s")
-    return EXIT_VIOLATION if any(v.enforcement == "mandatory" for v in violations) else EXIT_OK
+    return status

@@ -1,9 +1,10 @@
 """`gpu-cluster plan`: render, price and policy-check stack files into `build/plans/`.
 
 For each stack: `<out>/<stack>.json` (the plan, a `pulumi stack export` document) and
-`<out>/<stack>.report.json` (resources, monthly cost, violations, notes). Exit 0 when every stack
-rendered cleanly, 1 on a mandatory policy violation, 2 when a stack file is bad (no plan is written
-for it).
+`<out>/<stack>.report.json` (resources, monthly cost, violations, notes). By default every stack file
+in stacks/ (the samples and the team's own). Exit 0 when every stack rendered cleanly, 1 on a
+mandatory policy violation, 2 when a stack file is bad (no plan is written for it). `--json` prints
+one JSON document instead of the tables (docs/cli-json.md).
 """
 
 from __future__ import annotations
@@ -25,13 +26,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="render, price and check stacks into build/plans/",
                        description=__doc__.split("\n\n")[0].split(": ", 1)[1])
     p.add_argument("--stack", action="append", default=[], metavar="NAME",
-                   help="a stack of stacks/ (repeatable); default: the sample stacks")
+                   help="a stack of stacks/ (repeatable); default: every stack file in stacks/")
     p.add_argument("--stack-file", action="append", default=[], metavar="FILE",
                    help="any Pulumi.<stack>.yaml (repeatable)")
     p.add_argument("--out", default="build/plans", metavar="DIR", help="output folder (default: build/plans)")
     p.add_argument("--policy-config", metavar="FILE", help="policy-config JSON file (Pulumi's format)")
     p.add_argument("--prices", metavar="FILE", help="price file (negotiated rates) over the price cache and the "
                    "catalog; default: each stack's gpu-cluster:prices key, if any")
+    p.add_argument("--verbose", action="store_true",
+                   help="every note in full (by default each stack shows its notes cut to one line)")
+    p.add_argument("--json", action="store_true", help="one JSON document on standard output (docs/cli-json.md)")
     p.add_argument("--jobs", type=int, default=None, metavar="N",
                    help="stacks rendered at once, each in its own process (default: $GPU_CLUSTER_JOBS, else one "
                         "per CPU core)")
@@ -39,11 +43,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def stack_files(stacks: list[str], files: list[str]) -> list[Path]:
-    """The stack files to plan: named stacks of stacks/, then the given files; the samples by default."""
-    from gpu_cluster.stackfile import SAMPLE_STACKS, known_stacks, stack_path
+    """The stack files to plan: named stacks of stacks/, then the given files; every stack of stacks/ by
+    default."""
+    from gpu_cluster.stackfile import every_stack, known_stacks, stack_path
 
     if not stacks and not files:
-        stacks = list(SAMPLE_STACKS)
+        stacks = every_stack()
     paths = []
     for name in stacks:
         path = stack_path(name)
@@ -180,6 +185,10 @@ def rendered_in_order(paths: list[Path], policy_config: Optional[dict], prices: 
     return results()
 
 
+JSON_VERSION = 1
+"""The version of the `--json` documents of plan, check and review (docs/cli-json.md)."""
+
+
 def run(args: argparse.Namespace) -> int:
     from gpu_cluster.plan import Plan
 
@@ -195,20 +204,17 @@ def run(args: argparse.Namespace) -> int:
     paths = stack_files(args.stack, args.stack_file)
     output_names(paths, out)
     status = EXIT_OK
-    rows: list[list[str]] = []
-    notes: list[str] = []
-    controls: list[str] = []
-    violations: list[tuple[str, dict]] = []
+    results: list[dict] = []
     listings: list[Plan] = []
-    unpriced = False
-    results = rendered_in_order(paths, policy_config, args.prices, jobs)
+    rendered = rendered_in_order(paths, policy_config, args.prices, jobs)
     with ui.steps("planning", len(paths)) as progress:
         for path in paths:
             progress.start(f"rendering {path}")
-            kind, stack, plan_doc, report = next(results)
+            kind, stack, plan_doc, report = next(rendered)
             if kind == "error":
                 progress.error(stack)
                 status = EXIT_BAD_INPUT
+                results.append({"file": str(path), "status": "invalid", "error": stack})
                 progress.advance()
                 continue
             files.write_text(out / f"{stack}.json", json.dumps(plan_doc, indent=1) + "\n", "plan file")
@@ -216,35 +222,69 @@ def run(args: argparse.Namespace) -> int:
             mandatory = [v for v in report["violations"] if v["enforcement"] == "mandatory"]
             if mandatory and status == EXIT_OK:
                 status = EXIT_VIOLATION
-            cost = report["monthly_cost"]
-            unpriced = unpriced or bool(cost["unpriced"])
-            rows.append([
-                stack, report["cloud"], report["tier"], report["shape"], report["nodes"], report["gpus"],
-                report["resources"], _money(cost), f"{report['budget']['monthly_limit']:,.0f} {report['budget']['currency']}",
-                f"{len(mandatory)}/{len(report['violations'])}",
-            ])
-            notes += [f"{stack}: {n}" for n in report["notes"]]
-            controls += [f"{stack}: {control_line(c, cost['currency'])}" for c in cost.get("controls", [])]
-            violations += [(stack, v) for v in report["violations"]]
+            results.append({"file": str(path), "status": "ok", "stack": stack, "plan": str(out / f"{stack}.json"),
+                            "report": str(out / f"{stack}.report.json"), "summary": report})
             if len(paths) == 1:
                 listings.append(Plan.from_doc(plan_doc))
             progress.advance()
-    if rows:
-        ui.table(["stack", "cloud", "tier", "shape", "nodes", "GPUs", "resources", "monthly estimate", "budget",
-                  "violations (mandatory/all)"], rows, right=("nodes", "GPUs", "resources", "monthly estimate", "budget"))
-        if unpriced:
-            ui.line("* excludes unpriced items (no price in any source); see the report's monthly_cost.unpriced")
+    if args.json:
+        ui.json_document({"version": JSON_VERSION, "command": "plan", "exit_status": status,
+                          "stacks": [_json_stack(r) for r in results]})
+        return status
     for plan in listings:
         print_listing(plan)
-    for c in controls:
-        ui.line(f"cost control: {c}")
-    for n in notes:
-        ui.line(f"note: {n}")
-    for stack, v in violations:
-        ui.line(f"{v['enforcement']}: [{stack}] {v['policy']}: {v['message']}")
-    if rows:
+    ok = [r for r in results if r["status"] == "ok"]
+    for r in ok:
+        print_stack(r["stack"], r["summary"], args.verbose, r["report"])
+    if ok:
+        summary_table([r["summary"] | {"stack": r["stack"]} for r in ok])
         ui.line(f"plans written to {out}/")
     return status
+
+
+def _json_stack(result: dict) -> dict:
+    """A stack's entry in `plan --json`: where its plan went and what its report says, or why it failed."""
+    if result["status"] != "ok":
+        return {"file": result["file"], "status": "invalid", "error": result["error"]}
+    report = result["summary"]
+    return {"file": result["file"], "status": "ok", "stack": result["stack"], "plan": result["plan"],
+            "report": result["report"], "monthly_cost": report["monthly_cost"], "violations": report["violations"]}
+
+
+def grouped_notes(notes: list[str]) -> list[str]:
+    """The notes once each, in their first order (a note may be added by two components)."""
+    return list(dict.fromkeys(notes))
+
+
+def print_stack(stack: str, report: dict, verbose: bool, report_path: str) -> None:
+    """One stack's block: its violations and cost controls in full, its notes deduplicated, each cut to one
+    line unless `verbose` (the report keeps every one in full)."""
+    cost = report["monthly_cost"]
+    notes = grouped_notes(report["notes"])
+    ui.heading(f"{stack}: {len(notes)} note(s)" + ("" if verbose else f" (in full: --verbose or {report_path})"))
+    for v in report["violations"]:
+        ui.line(f"  {v['enforcement']}: {v['policy']}: {v['message']}")
+    for c in cost.get("controls", []):
+        ui.line(f"  cost control: {control_line(c, cost['currency'])}")
+    for n in notes:
+        ui.line(f"  note: {n}") if verbose else ui.clipped(f"  note: {n}")
+
+
+def summary_table(reports: list[dict]) -> None:
+    """The stacks side by side, last, in at most 80 columns: no cell is folded on a terminal that wide."""
+    rows = []
+    unpriced = False
+    for report in reports:
+        cost = report["monthly_cost"]
+        unpriced = unpriced or bool(cost["unpriced"])
+        mandatory = [v for v in report["violations"] if v["enforcement"] == "mandatory"]
+        rows.append([report["stack"], report["shape"], f"{report['nodes']}×{report['gpus'] // max(report['nodes'], 1)}",
+                     _money(cost), f"{_amount(report['budget']['monthly_limit'])} {report['budget']['currency']}",
+                     f"{len(mandatory)}/{len(report['violations'])}"])
+    ui.table(["stack", "shape", "GPUs", "a month", "budget", "viol."], rows,
+             right=("GPUs", "a month", "budget", "viol."))
+    ui.line("GPUs: nodes × GPUs per node; viol.: policy violations, mandatory/all"
+            + ("; * excludes unpriced items (the report's monthly_cost.unpriced)" if unpriced else ""))
 
 
 def control_line(control: dict, currency: str) -> str:
@@ -255,10 +295,15 @@ def control_line(control: dict, currency: str) -> str:
             f"{money(control['monthly_without'], 'unknown')} without ({control['note']})")
 
 
+def _amount(value: float) -> str:
+    """A whole amount for the summary table: 518, 82,970, 12.35M (the report has the exact figure)."""
+    return f"{value:,.0f}" if value < 1_000_000 else f"{value / 1_000_000:,.2f}M"
+
+
 def _money(cost: dict) -> str:
     if cost["unpriced"] and not cost["items"]:
         return "unpriced*"
-    return f"{cost['total']:,.0f} {cost['currency']}" + ("*" if cost["unpriced"] else "")
+    return f"{_amount(cost['total'])} {cost['currency']}" + ("*" if cost["unpriced"] else "")
 
 
 def print_listing(plan) -> None:

@@ -1,0 +1,185 @@
+"""Hostile input is ordinary input: a pull request may carry any file. Alias bombs, oversized files,
+symbolic links in stacks/ and under the outputs, and Markdown in names are each refused or made harmless,
+in one sentence (docs/architecture.md, "Stack file"; README, exit statuses)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpu_cluster import files
+from gpu_cluster.cli import main
+from gpu_cluster.errors import UserError
+from gpu_cluster.review import code, md, render_markdown, StackReview
+from gpu_cluster.stackfile import ROOT, STACKS_DIR, read_stack_file
+
+BOMB_LEVELS = 9
+"""Nine levels of ten aliases each: 10**9 strings once expanded, from a file of about 600 bytes."""
+
+
+def bomb(levels: int = BOMB_LEVELS) -> str:
+    lines = ["config:", '  l0: &l0 ["x","x","x","x","x","x","x","x","x","x"]']
+    for i in range(1, levels + 1):
+        lines.append(f"  l{i}: &l{i} [" + ",".join([f"*l{i - 1}"] * 10) + "]")
+    lines.append(f"  gpu-cluster:cluster: *l{levels}")
+    return "\n".join(lines) + "\n"
+
+
+def _main(capsys, *args: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    status = main(list(args))
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return status, out, err
+
+
+def test_an_alias_bomb_is_refused_before_anything_is_built(tmp_path, capsys, monkeypatch):
+    path = tmp_path / "Pulumi.bomb.yaml"
+    path.write_text(bomb())
+    assert path.stat().st_size < 1024
+    built = []
+    monkeypatch.setattr(files._StrictLoader, "construct_document",
+                        lambda self, node: built.append(node) or pytest.fail("the document was built"))
+    status, out, err = _main(capsys, "plan", "--stack-file", str(path), "--out", str(tmp_path / "plans"))
+    assert status == 2 and not built
+    assert f"stack file {path} expands to more than 100,000 values through YAML aliases" in err
+    assert not (tmp_path / "plans").exists()
+
+
+def test_the_expansion_count_is_linear_and_catches_a_self_reference():
+    node = yaml.compose(bomb(40), Loader=yaml.SafeLoader)  # 10**40 once expanded; counting it is instant
+    assert files._expanded_nodes(node, 1000) == 1001
+    small = yaml.compose("a: &a [1, 2]\nb: [*a, *a]\n", Loader=yaml.SafeLoader)
+    # mapping + 2 keys + a's list (3 nodes) + b's list + two more copies of a's list (3 each)
+    assert files._expanded_nodes(small, 100) == 1 + 2 + 3 + 1 + 3 + 3
+    cyclic = yaml.compose("a: &a [*a]\n", Loader=yaml.SafeLoader)
+    assert files._expanded_nodes(cyclic, 100) == 101
+
+
+def test_aliases_that_stay_small_are_read_as_before(tmp_path):
+    path = tmp_path / "w.yaml"
+    path.write_text("defaults: &d {epochs: 2}\nrun: *d\n")
+    assert files.load_yaml(path, "workload file") == {"defaults": {"epochs": 2}, "run": {"epochs": 2}}
+
+
+@pytest.mark.parametrize("what, reader", [
+    ("stack file", lambda p: read_stack_file(p)),
+    ("workload file", lambda p: files.load_yaml(p, "workload file")),
+    ("price file", lambda p: files.load_yaml(p, "price file")),
+    ("policy config", lambda p: __import__("gpu_cluster.policyrun", fromlist=["x"]).load_policy_config(str(p))),
+])
+def test_files_over_the_size_cap_are_refused_unread(tmp_path, what, reader):
+    path = tmp_path / "Pulumi.big.yaml"
+    with open(path, "wb") as f:
+        f.truncate(files.MAX_INPUT_BYTES + 1)  # sparse: nothing to read if the cap works
+    with pytest.raises(UserError, match=rf"{what} {path} is larger than 4 MiB; no {what} is that large"):
+        reader(path)
+
+
+def test_a_symlinked_stack_file_in_stacks_is_refused_but_a_named_outside_file_is_read(tmp_path, capsys, monkeypatch):
+    from gpu_cluster import stackfile
+
+    stacks = tmp_path / "repo" / "stacks"  # a checkout's stacks/ (this one's is shared by the parallel tests)
+    stacks.mkdir(parents=True)
+    monkeypatch.setattr(stackfile, "STACKS_DIR", stacks)
+    outside = tmp_path / "Pulumi.outside.yaml"
+    outside.write_text((STACKS_DIR / "Pulumi.aws-entry.yaml").read_text())
+    link = stacks / "Pulumi.zz-linked.yaml"
+    link.symlink_to(outside)
+    status, out, err = _main(capsys, "plan", "--stack", "zz-linked", "--out", str(tmp_path / "plans"))
+    assert status == 2 and f"stack file {link} is a symbolic link; stack files in stacks/ must be regular files" in err
+    assert not (tmp_path / "plans" / "zz-linked.json").exists()
+    # Named by the user on the command line, a file outside the repository is theirs to plan.
+    assert read_stack_file(outside).stack == "outside"
+
+
+def test_a_stack_file_that_resolves_outside_the_repository_is_refused(tmp_path):
+    from gpu_cluster.stackfile import linked_stack_file
+
+    root = tmp_path / "repo"
+    (root / "stacks").mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "Pulumi.x.yaml").write_text("config: {}\n")
+    (root / "stacks-real").symlink_to(tmp_path / "elsewhere")  # a folder link inside stacks/ would be the same
+    assert linked_stack_file(root / "stacks" / "Pulumi.none.yaml", root / "stacks") is None
+    (root / "stacks" / "Pulumi.x.yaml").symlink_to(tmp_path / "elsewhere" / "Pulumi.x.yaml")
+    assert "is a symbolic link" in linked_stack_file(root / "stacks" / "Pulumi.x.yaml", root / "stacks")
+    # stacks/ itself a link to a folder outside the repository: its files resolve outside it.
+    other = tmp_path / "repo2"
+    other.mkdir()
+    (other / "stacks").symlink_to(tmp_path / "elsewhere")
+    assert "outside the repository" in linked_stack_file(other / "stacks" / "Pulumi.x.yaml", other / "stacks")
+
+
+def test_nothing_is_written_through_a_symbolic_link(tmp_path):
+    target = tmp_path / "victim"
+    target.write_text("precious\n")
+    link = tmp_path / "review.md"
+    link.symlink_to(target)
+    with pytest.raises(UserError, match="is a symbolic link; nothing is written through one"):
+        files.write_text(link, "overwritten", "--out")
+    assert target.read_text() == "precious\n"
+    # A folder of this checkout that a pull request made a link (build/ -> elsewhere) is refused too.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    build = ROOT / "build-zz-link"
+    build.symlink_to(elsewhere)
+    try:
+        with pytest.raises(UserError, match=f"{build} is a symbolic link"):
+            files.write_text(build / "review.md", "x", "--out")
+        assert not (elsewhere / "review.md").exists()
+    finally:
+        build.unlink()
+
+
+def test_a_link_put_in_place_after_the_check_is_not_followed(tmp_path, monkeypatch):
+    target, path = tmp_path / "victim", tmp_path / "out.md"
+    target.write_text("precious\n")
+    real = files.output_file
+
+    def racing(p, what):
+        checked = real(p, what)
+        path.symlink_to(target)  # swapped in between the check and the write
+        return checked
+
+    monkeypatch.setattr(files, "output_file", racing)
+    with pytest.raises(UserError, match="cannot be written"):
+        files.write_text(path, "overwritten", "--out")
+    assert target.read_text() == "precious\n"
+
+
+def test_everything_from_a_stack_file_is_escaped_before_it_reaches_markdown():
+    hostile = "x|y <img src=x onerror=alert(1)> [click](https://evil.example) `tick` *b* ~s~\nnext"
+    review = StackReview(stack=hostile, base=None, head=None, invalid=hostile)
+    review.notes.append(hostile)
+    text = render_markdown([review], "main`|<b>")
+    # Inside a code span HTML and links are shown as text; outside one nothing may act.
+    prose = re.sub(r"`[^`\n]*`", "", text)
+    assert "<img" not in prose and "<b>" not in prose and "[click](" not in prose and "\nnext" not in text
+    assert prose.count("`") == 0, "every code span closed where we closed it"
+    for line in text.splitlines():
+        if line.startswith("|") and "invalid stack file" in line:
+            cells = line.replace("\\|", "").split("|")
+            assert len(cells) == 10, line  # 8 cells: the name's pipe does not make another column
+    assert md("a|b") == "a\\|b" and md("<b>") == "&lt;b&gt;" and md("[x](y)") == "\\[x\\](y)"
+    assert code("a`b|c") == "`a'b\\|c`"
+
+
+def test_version_and_json_outputs(tmp_path, capsys):
+    import json
+
+    status, out, err = _main(capsys, "plan", "--stack", "tencent-entry", "--json", "--out", str(tmp_path))
+    doc = json.loads(out)
+    assert status == 0 and doc["version"] == 1 and doc["command"] == "plan" and doc["exit_status"] == 0
+    [entry] = doc["stacks"]
+    assert entry["status"] == "ok" and entry["stack"] == "tencent-entry" and Path(entry["plan"]).is_file()
+    assert entry["monthly_cost"]["currency"] == "CNY" and entry["violations"] == []
+    status, out, err = _main(capsys, "check", "--json", str(tmp_path / "tencent-entry.json"))
+    doc = json.loads(out)
+    assert status == 0 and doc["command"] == "check" and doc["violations"] == [] and doc["resources"] > 20
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.startswith("gpu-cluster 0.")
