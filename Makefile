@@ -21,32 +21,46 @@ export STACK STACK_FILE PLAN BASE POLICY_CONFIG ARGS
 POLICY_VENV := policies/venv
 POLICY_STAMP := $(POLICY_VENV)/.installed
 
-.PHONY: help venv policy-venv plan check review catalog test slurm-check bench clean
+.PHONY: help venv policy-venv lock plan check review catalog test slurm-check bench clean
 
 help: ## list the targets (the default goal)
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo "  variables: STACK=<name> STACK_FILE=<path> PLAN=<file> BASE=<git ref> POLICY_CONFIG=<file> ARGS='<options>'"
 
-$(STAMP): requirements.txt pyproject.toml
-	@echo "setting up ./$(VENV) from requirements.txt (the first time takes 1-2 minutes: the provider SDKs are large)"
+# Every install comes from a lock file (exact versions, hashes), installed by uv, which pip puts in the
+# venv first: `make lock` writes the locks again from requirements*.txt and policies/requirements.txt.
+UV_VERSION := 0.13.9
+UV := $(BIN)/uv
+LOCK_FLAGS := --universal --generate-hashes --python-version 3.11 --no-header --quiet
+
+$(UV):
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --disable-pip-version-check -r requirements.txt
-	$(BIN)/python -m pip install --disable-pip-version-check --quiet --no-deps -e .
+	$(BIN)/python -m pip install --disable-pip-version-check --quiet uv==$(UV_VERSION)
+
+$(STAMP): requirements.lock pyproject.toml | $(UV)
+	@echo "setting up ./$(VENV) from requirements.lock"
+	$(UV) pip install --quiet --python $(BIN)/python --require-hashes -r requirements.lock
+	$(UV) pip install --quiet --python $(BIN)/python --no-deps -e .
 	@touch $@
 
-$(TEST_STAMP): $(STAMP) requirements-test.txt
-	$(BIN)/python -m pip install --disable-pip-version-check -r requirements-test.txt
+$(TEST_STAMP): $(STAMP) requirements-test.lock
+	$(UV) pip install --quiet --python $(BIN)/python --require-hashes -r requirements-test.lock
 	@touch $@
 
 venv: $(STAMP) ## set up ./venv: the program, its providers and the gpu-cluster command
 
-$(POLICY_STAMP): policies/requirements.txt
-	@echo "setting up ./$(POLICY_VENV) from policies/requirements.txt (about a minute): the policy pack's own environment"
+$(POLICY_STAMP): policies/requirements.lock | $(UV)
+	@echo "setting up ./$(POLICY_VENV) from policies/requirements.lock: the policy pack's own environment"
 	@test -x $(POLICY_VENV)/bin/python || $(PYTHON) -m venv $(POLICY_VENV)
-	$(POLICY_VENV)/bin/python -m pip install --disable-pip-version-check -r policies/requirements.txt
+	$(UV) pip install --quiet --python $(POLICY_VENV)/bin/python --require-hashes -r policies/requirements.lock
 	@touch $@
 
 policy-venv: $(POLICY_STAMP) ## set up policies/venv so `pulumi preview --policy-pack policies` can load the pack
+
+lock: | $(UV) ## write the lock files again from requirements.txt, requirements-test.txt, policies/requirements.txt
+	$(UV) pip compile $(LOCK_FLAGS) requirements.txt -o requirements.lock
+	$(UV) pip compile $(LOCK_FLAGS) requirements.txt requirements-test.txt -o requirements-test.lock
+	$(UV) pip compile $(LOCK_FLAGS) policies/requirements.txt -o policies/requirements.lock
 
 plan: $(STAMP) ## render, price and policy-check the sample stacks into build/plans/ (STACK=... or STACK_FILE=... for one)
 	$(GPU) plan $(if $(STACK),--stack "$$STACK") $(if $(STACK_FILE),--stack-file "$$STACK_FILE") $(if $(POLICY_CONFIG),--policy-config "$$POLICY_CONFIG")

@@ -38,8 +38,15 @@ _QUIET = logging.getLogger("gpu-cluster.offline.engine")
 _QUIET.addHandler(logging.NullHandler())
 _QUIET.propagate = False
 
-# Provider plugin versions the default providers would carry (requirements.txt pins the ranges).
-_PROVIDER_VERSIONS = {"aws": "7.51.1", "tencentcloud": "0.2.3"}
+def _provider_versions() -> dict[str, str]:
+    """Provider plugin versions the default providers carry: the installed SDKs' own versions (the lock
+    files pin them; tests/test_contracts.py holds them equal to the versions the contracts were read from)."""
+    from gpu_cluster import contracts
+
+    return {cloud: contracts.installed_sdk_version(cloud) or contracts.sdk(cloud)[1] for cloud in ("aws", "tencentcloud")}
+
+
+_PROVIDER_VERSIONS = _provider_versions()
 
 
 @dataclass

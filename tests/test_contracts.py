@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from gpu_cluster.stackfile import ROOT
+
 from conftest import rendered, stack_with
 from gpu_cluster import contracts
 from gpu_cluster.contracts import skeleton
@@ -66,6 +68,28 @@ def test_every_entry_cites_the_provider_source_of_the_pinned_version():
             assert "hashicorp/terraform-provider-aws" in c.source or "pulumi-aws" in c.source, token
         else:
             assert "terraform-provider-tencentcloud v1.82.42" in c.source, token
+
+
+@pytest.mark.parametrize("cloud", ["aws", "tencentcloud"])
+def test_the_installed_provider_sdk_is_the_one_the_contracts_were_read_from(cloud):
+    """An SDK other than the contracts' (an upstream release, a lock file moved on) fails here, before any
+    render is trusted: read the contracts again from that version's source, then change their `sdk:`."""
+    package, version = contracts.sdk(cloud)
+    installed = contracts.installed_sdk_version(cloud)
+    assert installed == version, (f"{package} {installed} is installed, but gpu_cluster/contracts/{cloud}.yaml "
+                                  f"was read from {version}")
+    lock = (ROOT / "requirements.lock").read_text()
+    assert f"\n{package}=={version} " in lock, f"requirements.lock pins {package}=={version}"
+
+
+def test_plans_carry_the_installed_provider_versions(sample_plan):
+    from gpu_cluster import render
+
+    assert render._PROVIDER_VERSIONS == {c: contracts.installed_sdk_version(c) for c in ("aws", "tencentcloud")}
+    for stack, cloud in (("aws-entry", "aws"), ("tencent-entry", "tencentcloud")):
+        versions = {r.inputs.get("version") for r in sample_plan(stack).resources
+                    if r.type == f"pulumi:providers:{cloud}"}
+        assert versions == {contracts.sdk(cloud)[1]}, (stack, versions)
 
 
 def _sdk_paths(arguments: dict, prefix: str = "") -> set[str]:

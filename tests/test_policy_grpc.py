@@ -7,7 +7,7 @@ This starts the pack the way the Pulumi CLI does for a Python policy pack: the C
 
 and reads the port of the analyzer's gRPC server from the first line of its standard output. The test
 does exactly that on an isolated copy of `policies/` whose virtualenv is built (by uv) from
-`policies/requirements.txt` alone (nothing of the project's own environment), then speaks the analyzer
+`policies/requirements.lock` alone (nothing of the project's own environment), then speaks the analyzer
 protocol to it (pulumi's analyzer.proto, as generated in the `pulumi` package: GetAnalyzerInfo,
 Configure, Analyze, AnalyzeStack) and asserts that, on every policy fixture in both its forms
 (resolved ids, and a first preview's unknown ids), the pack reports exactly the violations — policy,
@@ -50,12 +50,11 @@ def analyzer(tmp_path_factory):
     shutil.copytree(ROOT / "policies", pack, ignore=shutil.ignore_patterns("venv", "__pycache__", "*.pyc"))
     env = _pack_env()
     python = pack / "venv" / "bin" / "python"
-    # uv (requirements-test.txt) resolves the same requirements file as `make policy-venv`'s pip, in about
-    # 2 s instead of pip's 20 s of CPU; the venv gets nothing but what that file resolves to.
+    # uv installs the lock file exactly as `make policy-venv` does; the venv gets nothing but what it pins.
     subprocess.run([sys.executable, "-m", "uv", "venv", "--quiet", "--python", sys.executable, str(pack / "venv")],
                    check=True, env=env, timeout=300)
-    subprocess.run([sys.executable, "-m", "uv", "pip", "install", "--quiet", "--python", str(python), "-r",
-                    str(pack / "requirements.txt")], check=True, env=env, timeout=900)
+    subprocess.run([sys.executable, "-m", "uv", "pip", "install", "--quiet", "--python", str(python), "--require-hashes",
+                    "-r", str(pack / "requirements.lock")], check=True, env=env, timeout=900)
     proc = subprocess.Popen([str(python), "-u", "-m", "pulumi.policy", "127.0.0.1:1", "."], cwd=pack, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -152,9 +152,30 @@ def _rule(raw: Any) -> Rule:
 
 
 @lru_cache(maxsize=None)
-def _load(cloud: str) -> dict[str, Contract]:
+def _document(cloud: str) -> dict:
     with open(_HERE / _FILES[cloud], encoding="utf-8") as f:
-        doc = yaml.load(f, Loader=YAML_LOADER)  # noqa: S506 - a safe loader
+        return yaml.load(f, Loader=YAML_LOADER)  # noqa: S506 - a safe loader
+
+
+def sdk(cloud: str) -> tuple[str, str]:
+    """(package, version) of the Python SDK a cloud's contracts were read from (their `sdk:` key)."""
+    doc = _document(cloud)["sdk"]
+    return doc["package"], str(doc["version"])
+
+
+def installed_sdk_version(cloud: str) -> Optional[str]:
+    """The version of that SDK installed here (None: not installed)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(sdk(cloud)[0])
+    except metadata.PackageNotFoundError:
+        return None
+
+
+@lru_cache(maxsize=None)
+def _load(cloud: str) -> dict[str, Contract]:
+    doc = _document(cloud)
     out: dict[str, Contract] = {}
     for kind, key in (("resource", "resources"), ("function", "functions")):
         for token, raw in (doc.get(key) or {}).items():
