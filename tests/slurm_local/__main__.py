@@ -3,7 +3,7 @@
     venv/bin/python -m tests.slurm_local        (make slurm-check; exit 0 = every check passed)
 
 What it does, in order (each step prints PASS/FAIL; the first failure stops the run):
-  1. Makes sure Debian's slurmctld, slurmd, munge, fio and shellcheck are installed (installs them
+  1. Makes sure Debian's slurmctld, slurmd, munge and fio are installed (installs them
      with apt-get when missing; a failed install is a failure, never a skip).
   2. Generates the head node's files and a GPU node's files for a one-node p5.48xlarge cluster on
      AWS, with every path rooted in a temporary directory, and writes them there exactly as
@@ -39,8 +39,8 @@ from components.slurm import SlurmCluster, boot
 from components.slurm.conf import Paths, cgroup_conf, gres_conf, slurm_conf
 from tests.slurm_local.stubs import stub_env, write_state, write_stubs
 
-PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge", "fio", "shellcheck")
-COMMANDS = ("slurmctld", "slurmd", "sbatch", "scontrol", "munged", "fio", "shellcheck")
+PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge", "fio")
+COMMANDS = ("slurmctld", "slurmd", "sbatch", "scontrol", "munged", "fio")
 SHAPE = ("aws", "p5.48xlarge")
 STEP_TIMEOUT_S = 90
 SETUP_TIMEOUT_S = 30
