@@ -25,7 +25,7 @@ T_START = time.perf_counter()
 import pulumi  # noqa: E402
 from pulumi.runtime import settings as pulumi_settings  # noqa: E402
 from pulumi.runtime.stack import run_pulumi_func  # noqa: E402
-from pulumi.runtime.sync_await import _sync_await  # noqa: E402
+from gpu_cluster.sdk_compat import sync_await  # noqa: E402
 
 
 def _peak_rss_mib() -> float:
@@ -106,7 +106,7 @@ def ours(stack: str, nodes: int, plan_out: str) -> dict:
 
 def baseline(stack: str, nodes: int, plan_in: str, typed: bool = False) -> dict:
     from gpu_cluster.mocks import GpuClusterMocks, RecordingMonitor
-    from gpu_cluster.render import without_stack_traces
+    from gpu_cluster.sdk_compat import without_stack_traces
 
     with open(plan_in, encoding="utf-8") as f:
         resources = json.load(f)["deployment"]["resources"]
@@ -131,8 +131,8 @@ def baseline(stack: str, nodes: int, plan_in: str, typed: bool = False) -> dict:
             else:
                 made[r["urn"]] = pulumi.ComponentResource(r["type"], name, None, opts)
 
-    with without_stack_traces():  # as a render does (gpu_cluster.render.SKIP_STACK_TRACES)
-        _sync_await(run_pulumi_func(program))
+    with without_stack_traces():  # as a render does (gpu_cluster.sdk_compat.SKIP_STACK_TRACES)
+        sync_await(run_pulumi_func(program))
     return {"render_s": time.perf_counter() - t0, "resources": len(monitor.registrations)}
 
 

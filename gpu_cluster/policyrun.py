@@ -38,11 +38,11 @@ from pulumi_policy import (EnforcementLevel, PolicyCustomTimeouts, PolicyProvide
                            PolicyResourceOptions, ResourceValidationArgs, ResourceValidationPolicy,
                            StackValidationArgs, StackValidationPolicy)
 from pulumi_policy.deserialize import SPECIAL_SECRET_SIG, SPECIAL_SIG_KEY, deserialize_properties
-from pulumi_policy.policy import _NotApplicableError
 from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, UnknownValueError, unknown_checking_proxy
 
 from gpu_cluster.errors import UserError
 from gpu_cluster.files import MAX_INPUT_BYTES, parse_json, read_text
+from gpu_cluster.sdk_compat import NotApplicableError
 from gpu_cluster.plan import Plan, Resource
 
 POLICIES_DIR = Path(__file__).resolve().parent.parent / "policies"
@@ -328,7 +328,7 @@ def _run(policy: Any, args: Any, level: EnforcementLevel, urn_default: str, out:
         out.append(Violation(policy.name, "advisory", "",
                              f"can't run policy '{policy.name}' from policy pack '{PACK_NAME}' during preview: "
                              f"{e.message}"))
-    except _NotApplicableError:
+    except NotApplicableError:
         pass
     except Exception as e:  # a rule bug: name it instead of a bare traceback
         raise RuntimeError(f"policy {policy.name} failed on {urn_default or 'the stack'}: "

@@ -6,7 +6,6 @@ plans — the policy runner, the pricer, the review — works on `pulumi stack e
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import heapq
 import json
@@ -17,15 +16,13 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 import pulumi
-from pulumi.runtime import resource as pulumi_resource
 from pulumi.runtime import settings as pulumi_settings
-from pulumi.runtime.proto import source_pb2
 from pulumi.runtime.stack import run_pulumi_func
-from pulumi.runtime.sync_await import _sync_await
 
 from components.spec import Cluster
 from gpu_cluster import contracts
 from gpu_cluster.mocks import GpuClusterMocks, RecordingMonitor, Registration, resolve
+from gpu_cluster.sdk_compat import sync_await, without_stack_traces
 # The stack file, read and validated without the SDKs (re-exported: the commands and tests use them here).
 from gpu_cluster.stackfile import (CLUSTER_KEY, OUR_KEYS, PROJECT, ROOT, SAMPLE_STACKS, STACK_NAME,  # noqa: F401
                                    STACKS_DIR, StackFile, StackFileError, read_stack_file, stack_name_of,
@@ -84,29 +81,6 @@ def _config_strings(config: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-SKIP_STACK_TRACES = True
-"""Whether a render skips the call stack the SDK captures for every resource it registers. The SDK sends
-it to the engine as the resource's source position (pulumi/runtime/resource.py, `_get_stack_trace`), for
-diagnostics; the mocks' monitor never reads it (pulumi/runtime/mocks.py `MockMonitor.RegisterResource`,
-gpu_cluster/mocks/), and capturing it, source lines and file URIs included, is a seventh of a render's
-CPU. tests/test_render.py asserts that a plan is the same either way."""
-
-
-@contextlib.contextmanager
-def without_stack_traces():
-    """While rendering, the SDK captures an empty stack trace: the one it sends itself when it finds no
-    caller frame (`_get_stack_trace`). The SDK's own function is back when the render ends."""
-    real = getattr(pulumi_resource, "_get_stack_trace", None)
-    if not SKIP_STACK_TRACES or real is None:
-        yield
-        return
-    pulumi_resource._get_stack_trace = source_pb2.StackTrace
-    try:
-        yield
-    finally:
-        pulumi_resource._get_stack_trace = real
-
-
 def render(stack_file: StackFile, program: Path = MAIN) -> Rendered:
     """Run `program` under the recording mocks with the stack file's config."""
     cluster = validate(stack_file)
@@ -117,7 +91,7 @@ def render(stack_file: StackFile, program: Path = MAIN) -> Rendered:
     pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack_file.stack, preview=False,
                              monitor=monitor, logger=_QUIET)
     with without_stack_traces():
-        _sync_await(run_pulumi_func(lambda: runpy.run_path(str(program), run_name="__main__")))
+        sync_await(run_pulumi_func(lambda: runpy.run_path(str(program), run_name="__main__")))
     problems = list(mocks.problems)
     for reg in monitor.registrations:
         if reg.custom and not reg.type.startswith("pulumi:providers:"):

@@ -42,12 +42,13 @@ def test_sample_stack_renders_as_a_stack_export(sample_plan, stack):
 @pytest.mark.parametrize("stack", ["aws-entry", "tencent-scheduled"])
 def test_a_plan_is_the_same_without_the_sdks_stack_traces(monkeypatch, stack):
     """A render skips the call stacks the SDK captures for the engine's source positions (the mocks never
-    read them; gpu_cluster.render.SKIP_STACK_TRACES): the plan, the ignored properties and the functions
+    read them; gpu_cluster.sdk_compat.SKIP_STACK_TRACES): the plan, the ignored properties and the functions
     called (in the order their arguments resolve, which varies) are what a render that captures them
     gives, and the SDK's own capture is back afterwards."""
     import pulumi.runtime.resource as sdk
 
     from gpu_cluster import render as render_mod
+    from gpu_cluster import sdk_compat
 
     stack_file = render_mod.read_stack_file(render_mod.stack_path(stack))
     captured = sdk._get_stack_trace
@@ -55,7 +56,7 @@ def test_a_plan_is_the_same_without_the_sdks_stack_traces(monkeypatch, stack):
         "the SDK's own capture is in place before a render"
     fast = render_mod.render(stack_file)
     assert sdk._get_stack_trace is captured
-    monkeypatch.setattr(render_mod, "SKIP_STACK_TRACES", False)
+    monkeypatch.setattr(sdk_compat, "SKIP_STACK_TRACES", False)
     calls = []
     monkeypatch.setattr(sdk, "_get_stack_trace", lambda: calls.append(1) or captured())
     full = render_mod.render(stack_file)

@@ -22,8 +22,9 @@ _PACKAGES = {"aws": "pulumi_aws", "tencentcloud": "tencentcloud_iac_pulumi"}
 
 
 def _camel_names(cls: type) -> dict[str, str]:
-    return {n: v.fget._pulumi_name for n, v in vars(cls).items()
-            if isinstance(v, property) and getattr(v.fget, "_pulumi_name", None)}
+    from gpu_cluster.sdk_compat import pulumi_name
+
+    return {n: pulumi_name(v.fget) for n, v in vars(cls).items() if isinstance(v, property) and pulumi_name(v.fget)}
 
 
 def _fields(cls: type, module: Any, depth: int = 0) -> tuple[dict, list[str]]:

@@ -15,9 +15,9 @@ from typing import Any, Callable, Optional
 import pulumi
 from pulumi.runtime import rpc
 from pulumi.runtime.mocks import MockCallArgs, MockMonitor, MockResourceArgs
-from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
 
 from gpu_cluster import contracts
+from gpu_cluster.sdk_compat import ensure_event_loop, sync_await
 from gpu_cluster.mocks import aws as mocks_aws
 from gpu_cluster.mocks import tencentcloud as mocks_tencentcloud
 
@@ -128,7 +128,7 @@ class RecordingMonitor(MockMonitor):
         if request.type == "pulumi:pulumi:Stack":
             return response
         reg = self.resources[response.urn]
-        _ensure_event_loop()
+        ensure_event_loop()
         self.registrations.append(Registration(
             urn=response.urn,
             type=request.type,
@@ -148,11 +148,11 @@ class RecordingMonitor(MockMonitor):
         return response
 
     def RegisterResourceOutputs(self, request):
-        _ensure_event_loop()
+        ensure_event_loop()
         self.component_outputs[request.urn] = rpc.deserialize_properties(request.outputs)
         return super().RegisterResourceOutputs(request)
 
 
 def resolve(value: Any) -> Any:
     """Await an Output (or a structure holding Outputs) under the mocks; unknowns become None."""
-    return _sync_await(pulumi.Output.from_input(value).future())
+    return sync_await(pulumi.Output.from_input(value).future())
