@@ -28,7 +28,6 @@ HOURS_PER_MONTH = 730
 
 AWS_INSTANCE = "aws:ec2/instance:Instance"
 AWS_LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
-AWS_ASG = "aws:autoscaling/group:Group"
 AWS_VOLUME = "aws:ebs/volume:Volume"
 AWS_FSX = "aws:fsx/lustreFileSystem:LustreFileSystem"
 AWS_NAT = "aws:ec2/natGateway:NatGateway"
@@ -41,7 +40,6 @@ TC_EIP = "tencentcloud:Eip/instance:Instance"
 TC_BUCKET = "tencentcloud:Cos/bucket:Bucket"
 AWS_SCHEDULE = "aws:scheduler/schedule:Schedule"
 AWS_BLOCK = "aws:ec2/capacityBlockReservation:CapacityBlockReservation"
-AWS_ODCR = "aws:ec2/capacityReservation:CapacityReservation"
 AWS_BUDGET = "aws:budgets/budget:Budget"
 AWS_BUDGET_ACTION = "aws:budgets/budgetAction:BudgetAction"
 AWS_ALARM = "aws:cloudwatch/metricAlarm:MetricAlarm"
@@ -344,19 +342,6 @@ def _aws(p: _Pricer, plan: Plan) -> None:
                 p.reserved_node(b, "capacity_block", tags.get(BLOCK_SHAPE_TAG), "capacity_block_hour", hours,
                                 "instance-hour", f"bought by this update, all {hours:.0f} h paid up front this "
                                 f"month; the nodes launch once it starts", hours=hours)
-    for r in plan.of_type(AWS_ASG):
-        lt = template_of(r)
-        count = int(number(r.props.get("desiredCapacity")) or number(r.props.get("minSize")) or 0)
-        dist = ((r.props.get("mixedInstancesPolicy") or {}).get("instancesDistribution") or {})
-        base = int(number(dist.get("onDemandBaseCapacity")) or 0)
-        above = number(dist.get("onDemandPercentageAboveBaseCapacity"))
-        spot = 0 if not dist else round((count - base) * (1 - (above if above is not None else 100) / 100))
-        itype = lt.props.get("instanceType") if lt else None
-        if count - spot:
-            p.node(r, itype, count - spot, False)
-        if spot:
-            p.node(r, itype, spot, True)
-        root_disks(lt, r, count)
     for r in plan.of_type(AWS_VOLUME):
         size = number(r.props.get("size")) or 0
         vtype = r.props.get("type") or "gp3"

@@ -13,7 +13,7 @@ import logging
 import runpy
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping
 
 import pulumi
 from pulumi.runtime import settings as pulumi_settings

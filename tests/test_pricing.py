@@ -120,16 +120,6 @@ def test_other_regions_are_flagged_as_estimates():
     assert cost.items[0].estimate and "us-east-1 rates" in cost.items[0].note
 
 
-def test_auto_scaling_groups_split_on_demand_base_and_spot():
-    lt = res("aws:ec2/launchTemplate:LaunchTemplate", "lt", "lt-1", instanceType="p4d.24xlarge")
-    asg = res("aws:autoscaling/group:Group", "nodes", desiredCapacity=4, launchTemplate={"id": "lt-1"},
-              mixedInstancesPolicy={"instancesDistribution": {"onDemandBaseCapacity": 1,
-                                                              "onDemandPercentageAboveBaseCapacity": 0}})
-    cost = price_plan(export(lt, asg))
-    assert [i.item for i in cost.items] == ["GPU nodes 1 × p4d.24xlarge", "GPU nodes 3 × p4d.24xlarge spot"]
-    assert cost.items[0].monthly == pytest.approx(P4D * 730, abs=0.01)
-
-
 # Hand-computed from the catalog rows (instances.yaml, prices.yaml): 730 h a month; gp3 $0.08/GB-month;
 # NAT $0.045/h; FSx PERSISTENT_2 250/500 at the ap-northeast-1 figures.
 # Every sample stack has a Slurm head node: m7i.large all month, its 30 GB root and 20 GB state volume.

@@ -142,10 +142,6 @@ class SlurmCluster:
         return f"{self.name}-node-{index}"
 
     @property
-    def node_names(self) -> list[str]:
-        return [self.node_name(i) for i in range(self.nodes)]
-
-    @property
     def node_hostlist(self) -> str:
         """All GPU nodes as a Slurm hostlist expression, e.g. llm-node-[0-3]."""
         return hostlist(self.name + "-node-", range(self.nodes))
@@ -158,10 +154,6 @@ class SlurmCluster:
     @property
     def gres(self) -> str:
         return f"gpu:{self.gres_type}:{self.shape.gpu_count}"
-
-    @property
-    def total_gpus(self) -> int:
-        return self.nodes * self.shape.gpu_count
 
     @property
     def spot_indices(self) -> tuple[int, ...]:
@@ -292,12 +284,6 @@ def cgroup_conf(c: SlurmCluster) -> str:
     return ("# Written by gpu-cluster (components/slurm).\n"
             + _lines([("CgroupPlugin", "cgroup/v2"), ("ConstrainCores", "yes"),
                       ("ConstrainDevices", "yes"), ("ConstrainRAMSpace", "no")]))
-
-
-def slurmd_options(c: SlurmCluster, node_name_var: str = "NODE_NAME") -> str:
-    """SLURMD_OPTIONS for /etc/default/slurmd (read by the packaged slurmd.service): configless
-    from the head node, under the node's stable name (slurmd -N)."""
-    return f"--conf-server {c.head_address}:{SLURMCTLD_PORT} -N ${{{node_name_var}}}"
 
 
 def from_spec(cluster, head_address: str, munge_secret_id: str, **overrides) -> SlurmCluster:

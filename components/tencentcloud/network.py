@@ -24,8 +24,6 @@ nat_gateway v1.82.42 and resource_tc_nat_gateway.go."""
 EIP_MAX_MBPS = 100
 """Largest `internet_max_bandwidth_out` of a TRAFFIC_POSTPAID_BY_HOUR EIP (VPC API AllocateAddresses,
 InternetMaxBandwidthOut: "TRAFFIC_POSTPAID_BY_HOUR: 1 Mbps to 100 Mbps")."""
-NAT_MAX_EIPS = 10
-"""A NAT gateway binds 1-10 EIPs (provider doc nat_gateway v1.82.42, assigned_eip_set)."""
 
 
 def eip_bandwidths(egress_mbps: int) -> list[int]:

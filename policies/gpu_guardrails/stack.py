@@ -52,11 +52,9 @@ TC_HPC_CLUSTER = "tencentcloud:Cvm/hpcCluster:HpcCluster"
 
 SUBNET_TYPES = (AWS_SUBNET, AWS_DEFAULT_SUBNET, TC_SUBNET)
 VPC_TYPES = (AWS_VPC, AWS_DEFAULT_VPC, TC_VPC)
-TEMPLATE_TYPES = (AWS_LAUNCH_TEMPLATE, AWS_LAUNCH_CONFIG, TC_SCALING_CONFIG)
 # Resources that run machines: GPU nodes and anything else that could share their subnet.
 CAPACITY_TYPES = (AWS_INSTANCE, AWS_SPOT_REQUEST, AWS_ASG, AWS_NODE_GROUP, AWS_FLEET, AWS_SPOT_FLEET,
                   TC_INSTANCE, TC_SCALING_GROUP, TC_NODE_POOL, TC_K8S_CLUSTER)
-COMPUTE_TYPES = CAPACITY_TYPES  # the name the rules used before node groups and fleets were covered
 
 _REF_KEYS = ("id", "name", "arn", "bucket")
 _LT_KEYS = ("id", "name", "arn")
@@ -98,10 +96,6 @@ class Node:
     @property
     def urn(self) -> str:
         return self.resource.urn
-
-    @property
-    def launch_template(self) -> Ref:
-        return self.templates[0] if self.templates else Ref()
 
     @property
     def cluster(self) -> str:
@@ -295,10 +289,6 @@ class StackView:
             if get(p, "configurationId") is not None:
                 add(self.ref(res, "configurationId", (TC_SCALING_CONFIG,), keys=("id",)))
         return out
-
-    def launch_template_of(self, res: Any) -> Ref:
-        refs = self.templates_of(res)
-        return refs[0] if refs else Ref()
 
     # ---- capacity -----------------------------------------------------------------------------
     def capacity(self) -> list[Node]:
