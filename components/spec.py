@@ -9,7 +9,6 @@ registered with Pulumi before this succeeds.
 from __future__ import annotations
 
 import datetime
-import importlib
 import ipaddress
 import math
 import re
@@ -19,7 +18,7 @@ from typing import Annotated, Any, Literal, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError, field_validator
 
-from components import catalog, messages, tiers, windows
+from components import catalog, clouds, messages, tiers, windows
 from components.catalog import Cloud, Shape
 from components.tiers import Tier
 
@@ -433,8 +432,9 @@ def load_spec(cluster: Any, regions: Mapping[str, Optional[str]]) -> Cluster:
 def _resolve(spec: ClusterSpec, regions: Mapping[str, Optional[str]]) -> Cluster:
     problems: list[str] = []
     cloud = spec.cloud
+    profile = clouds.profile(cloud)
     region = regions.get(cloud)
-    example = "us-east-1" if cloud == "aws" else "ap-shanghai"
+    example = profile.region_example
     if not region:
         problems.append(f"{cloud}:region is not set: set the provider region in the stack file's config "
                         f"(e.g. {cloud}:region: {example})")
@@ -477,23 +477,7 @@ def _resolve(spec: ClusterSpec, regions: Mapping[str, Optional[str]]) -> Cluster
 
     problems += _tag_problems(cloud, spec.tags)
     problems += _capacity_problems(spec, shape.type, region)
-    egress = spec.network.egress_mbps
-    if cloud == "aws" and egress is not None:
-        problems.append(f"cluster.network.egress_mbps={egress}: AWS NAT gateways scale their bandwidth by themselves "
-                        f"(up to 100 Gbps); allowed on aws: leave it out")
-    if cloud == "aws" and spec.network.flow_logs is not None:
-        problems.append(f"cluster.network.flow_logs={spec.network.flow_logs}: an AWS cluster always logs its VPC's "
-                        f"flows (CloudWatch Logs); allowed on aws: leave it out")
-    if cloud == "tencentcloud" and spec.purchase != "on_demand" and spec.storage.scratch == "disk":
-        problems.append(f"cluster.storage.scratch='disk' with purchase={spec.purchase} on tencentcloud: the provider "
-                        f"deletes a data disk with its instance only for pay-as-you-go (POSTPAID_BY_HOUR) instances "
-                        f"(resource_tc_instance.go), so a spot node's scratch disk would outlive it and keep costing; "
-                        f"allowed: scratch: none, or purchase: on_demand")
-    if cloud == "tencentcloud" and spec.capacity.type == "prepaid" and spec.storage.scratch == "disk":
-        problems.append("cluster.storage.scratch='disk' with capacity.type='prepaid': the provider deletes a data disk "
-                        "with its instance only for pay-as-you-go instances (resource_tc_instance.go: "
-                        "delete_with_instance), and a prepaid node goes to the recycle bin with its disks; allowed: "
-                        "scratch: none or nvme")
+    problems += profile.network_problems(spec)
 
     d = rule.defaults
     storage = spec.storage
@@ -508,52 +492,31 @@ def _resolve(spec: ClusterSpec, regions: Mapping[str, Optional[str]]) -> Cluster
         lustre = Lustre(capacity_gib=cap) if cap else None
     if lustre is not None:
         lustre = Lustre(
-            capacity_gib=lustre.capacity_gib or d.lustre_capacity_gib[cloud] or _min_lustre(cloud),
+            capacity_gib=lustre.capacity_gib or d.lustre_capacity_gib[cloud] or profile.min_lustre_gib(),
             throughput_per_tib=lustre.throughput_per_tib or d.lustre_throughput_per_tib[cloud],
             import_path=lustre.import_path,
         )
-        problems += _lustre_problems(cloud, region, lustre)
+        problems += profile.lustre_problems(region, lustre)
 
     snaps = Snapshots(
         every_hours=d.snapshot_every_hours if spec.snapshots.every_hours is None else spec.snapshots.every_hours,
         retain=d.snapshot_retain if spec.snapshots.retain is None else spec.snapshots.retain,
     )
-    intervals = catalog.limit(cloud, "dlm_interval_hours" if cloud == "aws" else "snapshot_interval_hours")
+    intervals = catalog.limit(cloud, profile.snapshot_intervals)
     if snaps.every_hours not in intervals:
         problems.append(f"cluster.snapshots.every_hours={snaps.every_hours} is not a supported interval; "
                         f"allowed: {', '.join(map(str, intervals))}")
-    if cloud == "aws" and snaps.retain > catalog.limit("aws", "dlm_retain_count_max"):
-        problems.append(f"cluster.snapshots.retain={snaps.retain} exceeds AWS DLM's maximum; allowed: "
-                        f"1-{catalog.limit('aws', 'dlm_retain_count_max')}")
+    problems += profile.snapshot_problems(snaps)
 
     budget = spec.budget
     currencies = catalog.limit(cloud, "budget_currencies")
     if budget.currency not in currencies:
         problems.append(f"cluster.budget.currency={budget.currency!r} is not a budget currency of {cloud}; "
                         f"allowed: {', '.join(currencies)}")
-    if cloud == "aws" and len(budget.thresholds_pct) + 1 > catalog.limit("aws", "budget_notifications_max"):
-        problems.append(f"cluster.budget.thresholds_pct has {len(budget.thresholds_pct)} thresholds; AWS Budgets "
-                        f"allows {catalog.limit('aws', 'budget_notifications_max')} notifications per budget, "
-                        f"one of them the 100 % forecast: allowed: at most "
-                        f"{catalog.limit('aws', 'budget_notifications_max') - 1}")
-
-    if cloud == "aws" and len(budget.emails) > catalog.limit("aws", "budget_subscribers_max"):
-        problems.append(f"cluster.budget.emails has {len(budget.emails)} addresses; AWS Budgets allows "
-                        f"{catalog.limit('aws', 'budget_subscribers_max')} e-mail subscribers per notification: "
-                        f"allowed: at most {catalog.limit('aws', 'budget_subscribers_max')} (use a mailing list)")
-    if cloud == "tencentcloud" and lustre is not None and spec.network.existing_subnet_id:
-        problems.append("cluster.storage.lustre with cluster.network.existing_subnet_id on tencentcloud: CFS Turbo "
-                        "needs its own CCN range beside the cluster's VPC, which is only known when the stack "
-                        "creates the VPC; allowed: lustre: null, or no existing_subnet_id")
-
-    local_disks = cloud == "tencentcloud" and shape.has_nvme
-    problems += stop_problems(spec, shape)
-    slurm_by_default = cloud != "tencentcloud" or spec.image_id is not None
-    if spec.scheduler == "slurm" and not slurm_by_default and "scheduler" in spec.model_fields_set:
-        problems.append("cluster.scheduler='slurm' on tencentcloud needs cluster.image_id: the Slurm boot installs "
-                        "Ubuntu's packages (slurmctld, slurmd, python3-venv), which dnf on the default TencentOS "
-                        "Server 3.1 image cannot install; allowed: image_id set to an Ubuntu 24.04 image with the "
-                        "NVIDIA driver, or scheduler: none")
+    problems += profile.budget_problems(budget)
+    problems += profile.storage_problems(spec, lustre)
+    problems += profile.stop_problems(spec, shape)
+    problems += profile.scheduler_problems(spec)
 
     if problems:
         raise SpecError(problems)
@@ -569,21 +532,15 @@ def _resolve(spec: ClusterSpec, regions: Mapping[str, Optional[str]]) -> Cluster
 
     idle_stop = spec.idle_stop
     if ("idle_stop" not in spec.model_fields_set and spec.criticality == "experimental" and stoppable(spec)
-            and not local_disks):
+            and profile.stopping_saves(shape)):
         idle_stop = IdleStop(gpu_util_below_pct=DEFAULT_IDLE_PCT, for_minutes=DEFAULT_IDLE_MINUTES)
         notes.append(f"idle_stop: on by default for this experimental on-demand cluster (GPUs below "
                      f"{DEFAULT_IDLE_PCT} % for {DEFAULT_IDLE_MINUTES} min stop the node); idle_stop: null turns it off")
     scheduler = spec.scheduler
-    if "scheduler" not in spec.model_fields_set and not slurm_by_default:
+    if "scheduler" not in spec.model_fields_set and not profile.slurm_by_default(spec):
         scheduler = "none"
-        notes.append("scheduler: none by default on tencentcloud's default image: the Slurm boot installs Ubuntu's "
-                     "packages, which TencentOS Server 3.1 cannot; for Slurm set image_id to an Ubuntu 24.04 image "
-                     "with the NVIDIA driver and scheduler: slurm")
-    network = spec.network
-    if cloud == "tencentcloud" and network.egress_mbps is None:
-        network = network.model_copy(update={"egress_mbps": catalog.limit("tencentcloud", "egress_mbps")["default"]})
-    if cloud == "tencentcloud" and network.flow_logs is None:
-        network = network.model_copy(update={"flow_logs": False})
+        notes.append(profile.no_slurm_note())
+    network = profile.filled_network(spec.network)
     filled = spec.model_copy(update={
         "instance_type": shape.type,
         "network": network,
@@ -596,8 +553,8 @@ def _resolve(spec: ClusterSpec, regions: Mapping[str, Optional[str]]) -> Cluster
         }),
         "snapshots": snaps,
     })
-    # What the cloud makes of this spec, said aloud (each cloud package's pure `notes` module).
-    notes += importlib.import_module(f"components.{cloud}.notes").notes(filled, shape)
+    # What the cloud makes of this spec, said aloud.
+    notes += profile.notes(filled, shape)
     return Cluster(spec=filled, region=region, shape=shape, notes=tuple(notes))
 
 
@@ -616,22 +573,15 @@ def stoppable(spec: "ClusterSpec") -> bool:
 
 
 def stop_problems(spec: "ClusterSpec", shape: Shape) -> list[str]:
-    """Stopping a Tencent node with local disks saves nothing: Tencent keeps charging a stopped instance
-    that has them (CVM documentation, "No charges when shut down",
-    intl.cloud.tencent.com/document/product/213/19918)."""
-    if spec.cloud != "tencentcloud" or not shape.has_nvme:
-        return []
-    return [f"cluster.{key} on {shape.type}: Tencent Cloud keeps charging a stopped instance that has local disks "
-            f"(CVM documentation, \"No charges when shut down\"), so stopping it saves nothing; allowed: a shape "
-            f"without local NVMe, or leave {key} out"
-            for key, on in (("schedule", spec.schedule is not None), ("idle_stop", spec.idle_stop is not None)) if on]
+    """Stopping nodes that would save nothing on the cluster's cloud (schedule, idle_stop)."""
+    return clouds.profile(spec.cloud).stop_problems(spec, shape)
 
 
 def _capacity_problems(spec: "ClusterSpec", shape_type: str = "", region: str = "") -> list[str]:
     """Cost controls and bought-ahead capacity, refused where they make no sense."""
     problems = []
     cloud, cap = spec.cloud, spec.capacity
-    wanted = {"aws": ("none", "odcr", "capacity_block"), "tencentcloud": ("none", "prepaid")}[cloud]
+    wanted = clouds.profile(cloud).capacity_types
     if cap.type not in wanted:
         problems.append(f"cluster.capacity.type={cap.type!r} does not exist on {cloud}; allowed: {', '.join(wanted)}")
         return problems
@@ -744,69 +694,6 @@ def _tag_problems(cloud: Cloud, tags: Mapping[str, str]) -> list[str]:
             problems.append(f"cluster.tags.{key}={_short(value)} is not a valid tag value on {cloud}; allowed: "
                             f"{value_min}-{value_max} characters matching {value_pat}")
     return problems
-
-
-def _min_lustre(cloud: Cloud) -> int:
-    if cloud == "aws":
-        return catalog.limit("aws", "fsx_lustre_persistent2_capacity_gib")["first"][0]
-    return catalog.limit("tencentcloud", "cfs_turbo")["TB"]["min_gib"]
-
-
-def lustre_capacity_ok(capacity: int, first: list[int], step: int, minimum: Optional[int] = None) -> bool:
-    """True when `capacity` is one of `first`, or `first[-1]` (or `minimum`) plus whole `step`s."""
-    if capacity in first:
-        return True
-    base = minimum if minimum is not None else first[-1]
-    return capacity >= base and (capacity - base) % step == 0
-
-
-def tencent_turbo_type(throughput_per_tib: int) -> Optional[str]:
-    """CFS Turbo storage type (TB / TP) offering `throughput_per_tib`, or None."""
-    for kind, row in catalog.limit("tencentcloud", "cfs_turbo").items():
-        if row["throughput_per_tib"] == throughput_per_tib:
-            return kind
-    return None
-
-
-def _lustre_problems(cloud: Cloud, region: str, lustre: Lustre) -> list[str]:
-    problems = []
-    cap, tput = lustre.capacity_gib, lustre.throughput_per_tib
-    if cloud == "aws":
-        inc = catalog.limit("aws", "fsx_lustre_persistent2_capacity_gib")
-        if not lustre_capacity_ok(cap, inc["first"], inc["step"]):
-            problems.append(f"cluster.storage.lustre.capacity_gib={cap} is not an FSx for Lustre PERSISTENT_2 size; "
-                            f"allowed: {', '.join(map(str, inc['first']))}, then steps of {inc['step']} "
-                            f"(e.g. {_nearest(cap, inc['first'], inc['step'])})")
-        allowed = catalog.limit("aws", "fsx_lustre_persistent2_throughput_per_tib")
-        if tput not in allowed:
-            problems.append(f"cluster.storage.lustre.throughput_per_tib={tput} is not a PERSISTENT_2 throughput; "
-                            f"allowed: {', '.join(map(str, allowed))} MB/s/TiB")
-        return problems
-    turbo = catalog.limit("tencentcloud", "cfs_turbo")
-    kind = tencent_turbo_type(tput)
-    if kind is None:
-        problems.append(f"cluster.storage.lustre.throughput_per_tib={tput} is not a CFS Turbo class; allowed: "
-                        + ", ".join(f"{r['throughput_per_tib']} ({k})" for k, r in turbo.items()))
-    else:
-        row = turbo[kind]
-        if not lustre_capacity_ok(cap, [], row["step_gib"], minimum=row["min_gib"]):
-            problems.append(f"cluster.storage.lustre.capacity_gib={cap} is not a CFS Turbo {kind} size; allowed: "
-                            f"{row['min_gib']} and up in steps of {row['step_gib']} GiB")
-    if lustre.import_path:
-        problems.append(f"cluster.storage.lustre.import_path={lustre.import_path!r}: data repository "
-                        f"associations exist on AWS only; allowed on tencentcloud: null")
-    turbo_regions = catalog.limit("tencentcloud", "cfs_turbo_regions")
-    if region and region not in turbo_regions:
-        problems.append(f"cluster.storage.lustre: CFS Turbo is not sold in tencentcloud:region={region!r}; "
-                        f"allowed regions: {', '.join(turbo_regions)}")
-    return problems
-
-
-def _nearest(cap: int, first: list[int], step: int) -> int:
-    """The allowed size nearest to `cap` (ties: the smaller): one of `first`, or first[-1] + k × step."""
-    k = max(round((cap - first[-1]) / step), 1)
-    candidates = first + [first[-1] + step * j for j in (k - 1, k, k + 1) if j >= 1]
-    return min(candidates, key=lambda c: (abs(c - cap), c))
 
 
 def _describe(err: Any) -> str:

@@ -251,7 +251,7 @@ def _valid_lustre(cloud: str, tier: str, want_gib: float) -> Optional[dict]:
         while sizes[-1] < max(cap, want_gib):
             sizes.append(sizes[-1] + inc["step"])
     else:
-        from components.spec import tencent_turbo_type
+        from components.tencentcloud.profile import turbo_type as tencent_turbo_type
 
         row = catalog.limit("tencentcloud", "cfs_turbo")[tencent_turbo_type(tput)]
         sizes = [max(cap, row["min_gib"])]
@@ -305,7 +305,7 @@ def _synthetic_plan(cloud: str, region: str, shape: Shape, nodes: int, purchase:
             rootBlockDevice={"volumeSize": HEAD_ROOT_GB, "volumeType": "gp3"})
         add("aws:ebs/volume:Volume", "head-data", size=HEAD_DATA_GB, type="gp3")
     else:
-        from components.spec import tencent_turbo_type
+        from components.tencentcloud.profile import turbo_type as tencent_turbo_type
 
         system = "LOCAL_BASIC" if shape.hpc else "CLOUD_HSSD"
         for i in range(nodes):

@@ -133,7 +133,9 @@ def regions(cloud: Cloud) -> tuple[str, ...]:
 
 def region_of_zone(cloud: Cloud, zone: str) -> str:
     """The region a zone belongs to (us-east-1a → us-east-1; ap-shanghai-5 → ap-shanghai)."""
-    return zone[:-1] if cloud == "aws" else zone.rsplit("-", 1)[0]
+    from components.clouds import profile
+
+    return profile(cloud).region_of_zone(zone)
 
 
 def sold_regions(shape: Shape) -> tuple[str, ...]:

@@ -15,7 +15,8 @@ import tencentcloud_iac_pulumi as tencentcloud
 
 from components.headnode import HEAD_DATA_GB, head_address, submit_command
 from components.slurm import from_spec, node_boot_parts, with_slurm
-from components.spec import Cluster, tencent_turbo_type
+from components.spec import Cluster
+from components.tencentcloud.profile import turbo_type
 from components.tencentcloud import boot
 from components.tencentcloud.head import HEAD_INSTANCE_TYPE, Head, HeadArgs, secret_name
 from components.tencentcloud.addressing import turbo_cidr
@@ -70,7 +71,7 @@ class ClusterComponent(pulumi.ComponentResource):
         storage = Storage(f"{name}-storage", StorageArgs(
             cluster_name=name, region=cluster.region, zone=spec.zone, vpc_id=network.vpc_id,
             tags=tags, nodes=spec.nodes, data_disk_gb=spec.storage.data_disk_gb,
-            turbo=TurboArgs(storage_type=tencent_turbo_type(lustre.throughput_per_tib),
+            turbo=TurboArgs(storage_type=turbo_type(lustre.throughput_per_tib),
                             capacity_gib=lustre.capacity_gib, cidr=lustre_cidr) if lustre else None,
             checkpoint_bucket=spec.storage.checkpoint_bucket,
             head_data_gb=HEAD_DATA_GB if spec.scheduler == "slurm" else 0), opts=child)

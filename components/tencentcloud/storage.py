@@ -27,7 +27,7 @@ class TurboArgs:
     """A CFS Turbo file system (the Tencent counterpart of FSx for Lustre)."""
 
     storage_type: str
-    """TB (Standard Turbo) or TP (High-Performance Turbo): `components.spec.tencent_turbo_type`."""
+    """TB (Standard Turbo) or TP (High-Performance Turbo): `components.tencentcloud.profile.turbo_type`."""
     capacity_gib: int
     """Size; the spec has checked it against the Turbo increments (catalog limit `cfs_turbo`)."""
     cidr: ipaddress.IPv4Network

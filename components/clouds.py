@@ -1,0 +1,102 @@
+"""What shared code asks a cloud: one profile per cloud package, behind one interface.
+
+The cloud-neutral code (components/spec.py validates and fills in a stack's cluster, components/cluster.py
+builds it, the catalog names regions) asks `profile(cloud)` and never branches on the cloud's name. Each
+cloud package defines its profile in components/<cloud>/profile.py: what its cloud refuses in a spec,
+what it fills in, what the plan must say aloud, and how its cluster is built. Profiles are pure (no
+Pulumi import) so a stack file is validated before any SDK loads; `build` imports the cloud's SDK only
+when it is called. Adding a cloud: docs/architecture.md, "Add a cloud".
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Optional
+
+if TYPE_CHECKING:
+    import pulumi
+
+    from components.catalog import Cloud, Shape
+    from components.spec import Budget, Cluster, ClusterSpec, Lustre, Network, Snapshots
+
+
+class CloudProfile:
+    """The interface. A method's default is what a cloud without that rule does."""
+
+    name: "Cloud"
+    region_example: str
+    """A region named in messages (`aws:region: us-east-1`)."""
+    capacity_types: tuple[str, ...]
+    """capacity.type values the cloud sells (spec.Capacity)."""
+    snapshot_intervals: str
+    """The catalog limit listing the snapshot intervals its snapshot service takes."""
+
+    # ---- validating a spec: each list of problems is inserted where load_spec always put it ----------
+    def network_problems(self, spec: "ClusterSpec") -> list[str]:
+        """Network and purchase settings the cloud refuses."""
+        return []
+
+    def lustre_problems(self, region: str, lustre: "Lustre") -> list[str]:
+        """The parallel file system's size, class and region."""
+        raise NotImplementedError
+
+    def min_lustre_gib(self) -> int:
+        """The smallest parallel file system the cloud sells (a size left out in a tier without a default)."""
+        raise NotImplementedError
+
+    def snapshot_problems(self, snapshots: "Snapshots") -> list[str]:
+        return []
+
+    def budget_problems(self, budget: "Budget") -> list[str]:
+        return []
+
+    def storage_problems(self, spec: "ClusterSpec", lustre: Optional["Lustre"]) -> list[str]:
+        """Combinations of storage and network the cloud cannot build."""
+        return []
+
+    def stop_problems(self, spec: "ClusterSpec", shape: "Shape") -> list[str]:
+        """Stopping nodes that would save nothing (schedule, idle_stop)."""
+        return []
+
+    def scheduler_problems(self, spec: "ClusterSpec") -> list[str]:
+        return []
+
+    # ---- filling in defaults ------------------------------------------------------------------------
+    def stopping_saves(self, shape: "Shape") -> bool:
+        """Whether a stopped node of this shape stops costing (an idle stop is offered by default only then)."""
+        return True
+
+    def slurm_by_default(self, spec: "ClusterSpec") -> bool:
+        """Whether a stack that says nothing gets Slurm."""
+        return True
+
+    def no_slurm_note(self) -> str:
+        """The note when it does not (only asked when slurm_by_default is False)."""
+        return ""
+
+    def filled_network(self, network: "Network") -> "Network":
+        return network
+
+    # ---- what the plan says, where things are, building ---------------------------------------------
+    def notes(self, spec: "ClusterSpec", shape: "Shape") -> list[str]:
+        """What the cloud makes of a filled-in spec, said aloud."""
+        raise NotImplementedError
+
+    def region_of_zone(self, zone: str) -> str:
+        raise NotImplementedError
+
+    def build(self, cluster: "Cluster", opts: Optional["pulumi.ResourceOptions"] = None) -> Any:
+        """The cloud's cluster component for `cluster` (imports the cloud's SDK); its `exports` are the
+        stack outputs."""
+        raise NotImplementedError
+
+
+def profile(cloud: str) -> CloudProfile:
+    """The profile of `cloud` (imported on first use: the profiles import components.spec's models)."""
+    from components.aws.profile import AWS
+    from components.tencentcloud.profile import TENCENTCLOUD
+
+    profiles = {p.name: p for p in (AWS, TENCENTCLOUD)}
+    try:
+        return profiles[cloud]
+    except KeyError:
+        raise ValueError(f"no cloud profile for {cloud!r}; clouds: {', '.join(profiles)}") from None

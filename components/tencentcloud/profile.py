@@ -1,0 +1,131 @@
+"""Tencent Cloud as the cloud-neutral code sees it (components/clouds.py): pure, no Pulumi import."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Optional
+
+from components import catalog
+from components.clouds import CloudProfile
+from components.lustre import lustre_capacity_ok
+
+if TYPE_CHECKING:
+    import pulumi
+
+    from components.catalog import Shape
+    from components.spec import Cluster, ClusterSpec, Lustre, Network
+
+
+def turbo_type(throughput_per_tib: int) -> Optional[str]:
+    """CFS Turbo storage type (TB / TP) offering `throughput_per_tib`, or None."""
+    for kind, row in catalog.limit("tencentcloud", "cfs_turbo").items():
+        if row["throughput_per_tib"] == throughput_per_tib:
+            return kind
+    return None
+
+
+class TencentCloudProfile(CloudProfile):
+    name = "tencentcloud"
+    region_example = "ap-shanghai"
+    capacity_types = ("none", "prepaid")
+    snapshot_intervals = "snapshot_interval_hours"
+
+    def network_problems(self, spec: "ClusterSpec") -> list[str]:
+        problems = []
+        if spec.purchase != "on_demand" and spec.storage.scratch == "disk":
+            problems.append(f"cluster.storage.scratch='disk' with purchase={spec.purchase} on tencentcloud: the "
+                            f"provider deletes a data disk with its instance only for pay-as-you-go (POSTPAID_BY_HOUR) "
+                            f"instances (resource_tc_instance.go), so a spot node's scratch disk would outlive it and "
+                            f"keep costing; allowed: scratch: none, or purchase: on_demand")
+        if spec.capacity.type == "prepaid" and spec.storage.scratch == "disk":
+            problems.append("cluster.storage.scratch='disk' with capacity.type='prepaid': the provider deletes a data "
+                            "disk with its instance only for pay-as-you-go instances (resource_tc_instance.go: "
+                            "delete_with_instance), and a prepaid node goes to the recycle bin with its disks; allowed: "
+                            "scratch: none or nvme")
+        return problems
+
+    def lustre_problems(self, region: str, lustre: "Lustre") -> list[str]:
+        problems = []
+        cap, tput = lustre.capacity_gib, lustre.throughput_per_tib
+        turbo = catalog.limit("tencentcloud", "cfs_turbo")
+        kind = turbo_type(tput)
+        if kind is None:
+            problems.append(f"cluster.storage.lustre.throughput_per_tib={tput} is not a CFS Turbo class; allowed: "
+                            + ", ".join(f"{r['throughput_per_tib']} ({k})" for k, r in turbo.items()))
+        else:
+            row = turbo[kind]
+            if not lustre_capacity_ok(cap, [], row["step_gib"], minimum=row["min_gib"]):
+                problems.append(f"cluster.storage.lustre.capacity_gib={cap} is not a CFS Turbo {kind} size; allowed: "
+                                f"{row['min_gib']} and up in steps of {row['step_gib']} GiB")
+        if lustre.import_path:
+            problems.append(f"cluster.storage.lustre.import_path={lustre.import_path!r}: data repository "
+                            f"associations exist on AWS only; allowed on tencentcloud: null")
+        turbo_regions = catalog.limit("tencentcloud", "cfs_turbo_regions")
+        if region and region not in turbo_regions:
+            problems.append(f"cluster.storage.lustre: CFS Turbo is not sold in tencentcloud:region={region!r}; "
+                            f"allowed regions: {', '.join(turbo_regions)}")
+        return problems
+
+    def min_lustre_gib(self) -> int:
+        return catalog.limit("tencentcloud", "cfs_turbo")["TB"]["min_gib"]
+
+    def storage_problems(self, spec: "ClusterSpec", lustre: Optional["Lustre"]) -> list[str]:
+        if lustre is not None and spec.network.existing_subnet_id:
+            return ["cluster.storage.lustre with cluster.network.existing_subnet_id on tencentcloud: CFS Turbo "
+                    "needs its own CCN range beside the cluster's VPC, which is only known when the stack "
+                    "creates the VPC; allowed: lustre: null, or no existing_subnet_id"]
+        return []
+
+    def stopping_saves(self, shape: "Shape") -> bool:
+        """Tencent keeps charging a stopped instance that has local disks (CVM documentation, "No charges
+        when shut down", intl.cloud.tencent.com/document/product/213/19918)."""
+        return not shape.has_nvme
+
+    def stop_problems(self, spec: "ClusterSpec", shape: "Shape") -> list[str]:
+        if self.stopping_saves(shape):
+            return []
+        return [f"cluster.{key} on {shape.type}: Tencent Cloud keeps charging a stopped instance that has local disks "
+                f"(CVM documentation, \"No charges when shut down\"), so stopping it saves nothing; allowed: a shape "
+                f"without local NVMe, or leave {key} out"
+                for key, on in (("schedule", spec.schedule is not None), ("idle_stop", spec.idle_stop is not None)) if on]
+
+    def slurm_by_default(self, spec: "ClusterSpec") -> bool:
+        """Only on an image the Slurm boot can install on (an Ubuntu `image_id`)."""
+        return spec.image_id is not None
+
+    def no_slurm_note(self) -> str:
+        return ("scheduler: none by default on tencentcloud's default image: the Slurm boot installs Ubuntu's "
+                "packages, which TencentOS Server 3.1 cannot; for Slurm set image_id to an Ubuntu 24.04 image "
+                "with the NVIDIA driver and scheduler: slurm")
+
+    def scheduler_problems(self, spec: "ClusterSpec") -> list[str]:
+        if spec.scheduler == "slurm" and not self.slurm_by_default(spec) and "scheduler" in spec.model_fields_set:
+            return ["cluster.scheduler='slurm' on tencentcloud needs cluster.image_id: the Slurm boot installs "
+                    "Ubuntu's packages (slurmctld, slurmd, python3-venv), which dnf on the default TencentOS "
+                    "Server 3.1 image cannot install; allowed: image_id set to an Ubuntu 24.04 image with the "
+                    "NVIDIA driver, or scheduler: none"]
+        return []
+
+    def filled_network(self, network: "Network") -> "Network":
+        if network.egress_mbps is None:
+            network = network.model_copy(update={"egress_mbps": catalog.limit("tencentcloud", "egress_mbps")["default"]})
+        if network.flow_logs is None:
+            network = network.model_copy(update={"flow_logs": False})
+        return network
+
+    def notes(self, spec: "ClusterSpec", shape: "Shape") -> list[str]:
+        from components.tencentcloud import notes
+
+        return notes.notes(spec, shape)
+
+    def region_of_zone(self, zone: str) -> str:
+        """ap-shanghai-5 → ap-shanghai: a zone is its region and a number (CVM documentation, "Regions and
+        Availability Zones")."""
+        return zone.rsplit("-", 1)[0]
+
+    def build(self, cluster: "Cluster", opts: Optional["pulumi.ResourceOptions"] = None) -> Any:
+        from components.tencentcloud.cluster import ClusterComponent
+
+        return ClusterComponent(cluster.name, cluster, opts)
+
+
+TENCENTCLOUD = TencentCloudProfile()
