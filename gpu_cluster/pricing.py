@@ -11,46 +11,25 @@ book's dated exchange rate and flagged as an estimate.
 
 from __future__ import annotations
 
-import json
-import zipfile
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from components import catalog
 from components import windows as run_windows
 from components.headnode import HEAD_ROLE, ROLE_TAG
-from components.tencentcloud.scf_cost_controls import CONFIG_FILE
-from gpu_cluster.plan import Plan, Resource, number
-from gpu_cluster.prices import NO_KEY, ROOT, PriceBook, load_book
+from gpu_cluster.plan import Plan, Resource
+from gpu_cluster.prices import PriceBook, load_book
 from gpu_cluster.prices.catalog import spot_discount
 
 HOURS_PER_MONTH = 730
 
-AWS_INSTANCE = "aws:ec2/instance:Instance"
-AWS_LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
-AWS_VOLUME = "aws:ebs/volume:Volume"
-AWS_FSX = "aws:fsx/lustreFileSystem:LustreFileSystem"
-AWS_NAT = "aws:ec2/natGateway:NatGateway"
-AWS_BUCKET = "aws:s3/bucket:Bucket"
-TC_INSTANCE = "tencentcloud:Instance/instance:Instance"
-TC_DISK = "tencentcloud:Cbs/storage:Storage"
-TC_CFS = "tencentcloud:Cfs/fileSystem:FileSystem"
-TC_NAT = "tencentcloud:Nat/gateway:Gateway"
-TC_EIP = "tencentcloud:Eip/instance:Instance"
-TC_BUCKET = "tencentcloud:Cos/bucket:Bucket"
-AWS_SCHEDULE = "aws:scheduler/schedule:Schedule"
-AWS_BLOCK = "aws:ec2/capacityBlockReservation:CapacityBlockReservation"
-AWS_BUDGET = "aws:budgets/budget:Budget"
-AWS_BUDGET_ACTION = "aws:budgets/budgetAction:BudgetAction"
-AWS_ALARM = "aws:cloudwatch/metricAlarm:MetricAlarm"
-TC_FUNCTION = "tencentcloud:Scf/function:Function"
-BLOCK_HOURS_TAG = "gpu-cluster:block-hours"
-BLOCK_SHAPE_TAG = "gpu-cluster:block-shape"
-BLOCK_COUNT_TAG = "gpu-cluster:block-count"
 WEEKS_PER_MONTH = HOURS_PER_MONTH / run_windows.HOURS_PER_WEEK
 
-CURRENCY = {"aws": "USD", "tencentcloud": "CNY"}
-"""The currency each cloud's total is given in (the sample stacks' budgets)."""
+
+def weekly_hours(events: list[tuple[str, str]]) -> Optional[float]:
+    """Hours a week the run windows keep the nodes up, from (start|stop, cron) events; None: no windows."""
+    return run_windows.running_hours_a_week(events) if events else None
+
 
 
 @dataclass(frozen=True)
@@ -133,12 +112,13 @@ def _cloud(plan: Plan) -> Optional[str]:
     return None
 
 
-class _Pricer:
-    """Prices one plan's lines against a book, in the cloud's currency."""
+class Pricer:
+    """Prices one plan's lines against a book, in the cloud's currency. A cloud's bill (gpu_cluster/bills/)
+    adds the lines of its resources, then the cost controls."""
 
-    def __init__(self, book: PriceBook, cloud: str, region: Optional[str]):
+    def __init__(self, book: PriceBook, cloud: str, currency: str, region: Optional[str]):
         self.book, self.cloud, self.region = book, cloud, region
-        self.cost = MonthlyCost(currency=CURRENCY[cloud], sources=book.describe())
+        self.cost = MonthlyCost(currency=currency, sources=book.describe())
         self.unscheduled_extra = 0.0
         """What the scheduled nodes would add running around the clock."""
         self.scheduled_hours: Optional[float] = None
@@ -255,210 +235,19 @@ def is_head(r: Resource) -> bool:
     return isinstance(tags, dict) and tags.get(ROLE_TAG) == HEAD_ROLE
 
 
-def _weekly_hours(events: list[tuple[str, str]]) -> Optional[float]:
-    return run_windows.running_hours_a_week(events) if events else None
-
-
-def _aws_schedule(plan: Plan) -> tuple[Optional[float], Optional[set[str]]]:
-    """Hours a month the scheduled instances run, and their ids (None: every instance of the plan)."""
-    crons, ids, known = [], set(), True
-    for r in plan.of_type(AWS_SCHEDULE):
-        target = r.props.get("target") or {}
-        arn = target.get("arn") if isinstance(target, dict) else None
-        action = {"startInstances": "start", "stopInstances": "stop"}.get(str(arn).rsplit(":", 1)[-1])
-        if action is None or not isinstance(r.props.get("scheduleExpression"), str):
-            continue
-        crons.append((action, r.props["scheduleExpression"]))
-        try:
-            ids |= set(json.loads(target.get("input"))["InstanceIds"])
-        except (TypeError, ValueError, KeyError):
-            known = False
-    weekly = _weekly_hours(crons)
-    return (None, None) if weekly is None else (weekly * WEEKS_PER_MONTH, ids if known and ids else None)
-
-
-def _aws(p: _Pricer, plan: Plan) -> None:
-    templates = {}
-    for lt in plan.of_type(AWS_LAUNCH_TEMPLATE):
-        for key in (lt.id, lt.outputs.get("id"), lt.name):
-            if key:
-                templates[key] = lt
-
-    def template_of(r: Resource) -> Optional[Resource]:
-        ref = r.props.get("launchTemplate") or {}
-        return templates.get(ref.get("id")) or templates.get(ref.get("name")) if isinstance(ref, dict) else None
-
-    def root_disks(lt: Optional[Resource], r: Resource, count: int) -> None:
-        for bdm in (lt.props.get("blockDeviceMappings") or []) if lt else []:
-            ebs = bdm.get("ebs") or {}
-            size = number(ebs.get("volumeSize"))
-            if size:
-                p.add(f"EBS {ebs.get('volumeType') or 'gp3'} {bdm.get('deviceName', '')} {size:.0f} GB × {count}", r,
-                      "ebs_gb_month", ebs.get("volumeType") or "gp3", size * count, "GB-month")
-
-    hours, scheduled_ids = _aws_schedule(plan)
-    p.scheduled_hours = hours
-    blocks = [number((b.props.get("tags") or {}).get(BLOCK_HOURS_TAG)) for b in plan.of_type(AWS_BLOCK)]
-    block_hours = next((h for h in blocks if h), None)
-    for r in plan.of_type(AWS_INSTANCE):
-        lt = template_of(r)
-        itype = r.props.get("instanceType") or (lt.props.get("instanceType") if lt else None)
-        market = (r.props.get("instanceMarketOptions") or {}).get("marketType") or (
-            ((lt.props.get("instanceMarketOptions") or {}).get("marketType")) if lt else None)
-        if market == "capacity-block":
-            hours_here = number((r.props.get("tags") or {}).get(BLOCK_HOURS_TAG)) or block_hours
-            if hours_here:
-                block_hours = hours_here
-                month_hours = min(block_hours, HOURS_PER_MONTH)
-                p.reserved_node(r, "capacity_block", itype, "capacity_block_hour", month_hours,
-                                "instance-hour", f"paid up front for the whole block: {block_hours:.0f} h"
-                                + (f", {HOURS_PER_MONTH} h of it a month" if block_hours > HOURS_PER_MONTH else ""),
-                                hours=month_hours)
-            else:
-                p.cost.items.append(LineItem(
-                    item=f"GPU node {itype} (capacity_block)", urn=r.urn, quantity=0, unit="instance-hour",
-                    unit_price=None, monthly=None, source="a Capacity Block bought outside this stack",
-                    note="unpriced: paid when the block was bought"))
-        else:
-            mine = scheduled_ids is None or bool({r.id, r.outputs.get("id")} & scheduled_ids)
-            p.node(r, itype, 1, market == "spot", hours if mine else None)
-        if lt is not None:
-            root_disks(lt, r, 1)
-        else:
-            root = r.props.get("rootBlockDevice") or {}
-            size = number(root.get("volumeSize")) if isinstance(root, dict) else None
-            if size:
-                vtype = root.get("volumeType") or "gp3"
-                p.add(f"EBS {vtype} root of {r.name} {size:.0f} GB", r, "ebs_gb_month", vtype, size, "GB-month")
-    in_blocks = any(((r.props.get("instanceMarketOptions") or {}).get("marketType")) == "capacity-block"
-                    for r in plan.of_type(AWS_INSTANCE))
-    for b in plan.of_type(AWS_BLOCK) if not in_blocks else []:
-        # Bought by this update, before any node can launch into it (components/aws/compute.py).
-        tags = b.props.get("tags") or {}
-        hours, count = number(tags.get(BLOCK_HOURS_TAG)), int(number(tags.get(BLOCK_COUNT_TAG)) or 0)
-        if hours and count:
-            # AWS charges the whole block when it is bought, so this month carries all of it.
-            for _ in range(count):
-                p.reserved_node(b, "capacity_block", tags.get(BLOCK_SHAPE_TAG), "capacity_block_hour", hours,
-                                "instance-hour", f"bought by this update, all {hours:.0f} h paid up front this "
-                                f"month; the nodes launch once it starts", hours=hours)
-    for r in plan.of_type(AWS_VOLUME):
-        size = number(r.props.get("size")) or 0
-        vtype = r.props.get("type") or "gp3"
-        p.add(f"EBS {vtype} {r.name} {size:.0f} GB", r, "ebs_gb_month", vtype, size, "GB-month")
-    for r in plan.of_type(AWS_FSX):
-        size = number(r.props.get("storageCapacity")) or 0
-        tput = int(number(r.props.get("perUnitStorageThroughput")) or 0)
-        p.add(f"FSx for Lustre {size:.0f} GiB at {tput} MB/s/TiB", r, "fsx_lustre_gb_month", str(tput), size,
-              "GB-month")
-    for r in plan.of_type(AWS_NAT):
-        p.add("NAT gateway", r, "nat_gateway_hour", NO_KEY, HOURS_PER_MONTH, "hour",
-              note="data processed not estimated")
-    for r in plan.of_type(AWS_BUCKET):
-        p.add(f"S3 bucket {r.name}", r, "s3_gb_month", "STANDARD", 0, "GB-month stored", note="billed by use",
-              usage=True)
-
-
-def cost_controls_config(function: Resource) -> Optional[dict]:
-    """The configuration in the code package of a Tencent cost-controls function, as a render of this
-    checkout wrote it (None when the package is not here or holds none)."""
-    # zip_file is a path relative to the project; the package's config.json holds the schedule.
-    try:
-        with zipfile.ZipFile(ROOT / str(function.props.get("zipFile"))) as package:
-            config = json.loads(package.read(CONFIG_FILE))
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
-        return None
-    return config if isinstance(config, dict) else None
-
-
-def _tencent_schedule(plan: Plan) -> tuple[Optional[float], Optional[set[str]], bool]:
-    """Hours a month the cost-controls function keeps its nodes running, their ids, and whether it
-    stops idle nodes (its configuration: components/tencentcloud/costcontrol.py)."""
-    for r in plan.of_type(TC_FUNCTION):
-        # A plan from elsewhere whose package is not here is priced as if the nodes ran all month.
-        config = cost_controls_config(r)
-        if config is None:
-            continue
-        events = [run_windows.Event(a, tuple(days), minute) for a, days, minute in config.get("events") or []]
-        weekly = _weekly_hours([(e.action, e.cron()) for e in events])
-        ids = set(config.get("nodes") or []) or None
-        return (None if weekly is None else weekly * WEEKS_PER_MONTH), ids, bool(config.get("idle"))
-    return None, None, False
-
-
-def _tencent(p: _Pricer, plan: Plan) -> None:
-    hours, scheduled_ids, _ = _tencent_schedule(plan)
-    p.scheduled_hours = hours
-    for r in plan.of_type(TC_INSTANCE):
-        charge = r.props.get("instanceChargeType")
-        if charge == "PREPAID":
-            months = number(r.props.get("instanceChargeTypePrepaidPeriod")) or 1
-            p.reserved_node(r, "prepaid", r.props.get("instanceType"), "instance_prepaid_month", 1, "instance-month",
-                            f"prepaid for {months:.0f} month(s) a term")
-        else:
-            mine = scheduled_ids is None or bool({r.id, r.outputs.get("id")} & scheduled_ids)
-            p.node(r, r.props.get("instanceType"), 1, charge == "SPOTPAID", hours if mine else None)
-        size = number(r.props.get("systemDiskSize"))
-        if size:
-            dtype = r.props.get("systemDiskType") or "CLOUD_PREMIUM"
-            p.add(f"CBS system disk {dtype} {size:.0f} GB", r, "cbs_gb_month", dtype, size, "GB-month")
-        for disk in r.props.get("dataDisks") or []:
-            size = number(disk.get("dataDiskSize")) if isinstance(disk, dict) else None
-            if size:
-                dtype = disk.get("dataDiskType") or "CLOUD_PREMIUM"
-                p.add(f"CBS {dtype} instance disk {size:.0f} GB", r, "cbs_gb_month", dtype, size, "GB-month")
-    for r in plan.of_type(TC_DISK):
-        size = number(r.props.get("storageSize")) or 0
-        dtype = r.props.get("storageType") or "CLOUD_PREMIUM"
-        p.add(f"CBS {dtype} {r.name} {size:.0f} GB", r, "cbs_gb_month", dtype, size, "GB-month")
-    for r in plan.of_type(TC_CFS):
-        size = number(r.props.get("capacity")) or 0
-        kind = r.props.get("storageType") or ""
-        p.add(f"CFS Turbo {kind} {size:.0f} GiB", r, "cfs_turbo_gib_month", kind or "unknown", size, "GiB-month")
-    for r in plan.of_type(TC_NAT):
-        # nat_product_version 2 is the standard NAT gateway, 1 (the provider's default) the traditional one.
-        product = "STANDARD" if number(r.props.get("natProductVersion")) == 2 else "TRADITIONAL"
-        p.add(f"NAT gateway ({product.lower()})", r, "nat_gateway_hour", product, HOURS_PER_MONTH, "hour",
-              note="public traffic billed by use (see the EIP lines)")
-    for r in plan.of_type(TC_EIP):
-        p.add(f"EIP {r.name} public traffic", r, "eip_traffic_gb", NO_KEY, 0, "GB out", note="billed by use",
-              usage=True)
-    for r in plan.of_type(TC_BUCKET):
-        p.add(f"COS bucket {r.name}", r, "cos_gb_month", "STANDARD", 0, "GB-month stored", note="billed by use",
-              usage=True)
-
-
 def price_plan(plan: Plan, book: Optional[PriceBook] = None) -> MonthlyCost:
     """The monthly cost of every priced resource in `plan`.
 
     `book` defaults to the committed price cache (prices/cache.json, when present) over the catalog.
     """
-    cloud, region = _cloud(plan), _region(plan)
-    if cloud not in CURRENCY:
+    from gpu_cluster.bills import bill_of
+
+    bill = bill_of(_cloud(plan))
+    if bill is None:
         return MonthlyCost(currency="USD")
-    pricer = _Pricer(book if book is not None else load_book(), cloud, region)
-    (_aws if cloud == "aws" else _tencent)(pricer, plan)
-    if cloud == "aws":
-        idle = any(any(str(a).endswith(":ec2:stop") for a in r.props.get("alarmActions") or [])
-                   for r in plan.of_type(AWS_ALARM))
-        pricer.controls(plan, idle, _aws_budget_cap(plan))
-    else:
-        pricer.controls(plan, _tencent_schedule(plan)[2], None)
+    pricer = Pricer(book if book is not None else load_book(), bill.cloud, bill.currency, _region(plan))
+    bill.price(pricer, plan)
     return pricer.cost
-
-
-def _aws_budget_cap(plan: Plan) -> Optional[tuple[float, float]]:
-    """(spend at which the budget action stops the nodes, its %), from the budget and its action."""
-    for action in plan.of_type(AWS_BUDGET_ACTION):
-        threshold = action.props.get("actionThreshold") or {}
-        pct = number(threshold.get("actionThresholdValue"))
-        if threshold.get("actionThresholdType") != "PERCENTAGE" or pct is None:
-            continue
-        for budget in plan.of_type(AWS_BUDGET):
-            limit = number(budget.props.get("limitAmount"))
-            if limit is not None:
-                return round(limit * pct / 100, 2), pct
-    return None
 
 
 def pricer_for(book: PriceBook):

@@ -272,7 +272,7 @@ def _storage(w: Workload, cloud: str, tier: str) -> dict:
 def _synthetic_plan(cloud: str, region: str, shape: Shape, nodes: int, purchase: str, storage: dict,
                     block_hours: Optional[int] = None) -> Plan:
     """The priced resources of a candidate's stack, in plan form, for the pricer."""
-    from gpu_cluster.pricing import BLOCK_HOURS_TAG
+    from gpu_cluster.bills.aws import BLOCK_HOURS_TAG
 
     res: list[dict] = [{"urn": f"urn:pulumi:r::p::pulumi:providers:{cloud}::default", "type": f"pulumi:providers:{cloud}",
                         "custom": True, "inputs": {"region": region}}]

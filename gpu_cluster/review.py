@@ -28,7 +28,8 @@ from gpu_cluster import contracts, files, ui
 from gpu_cluster.commands.plan import JOBS_ENV
 from gpu_cluster.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATION, UserError
 from gpu_cluster.plan import Plan, PlanFormatError, Resource, number
-from gpu_cluster.pricing import TC_FUNCTION, MonthlyCost, cost_controls_config, price_plan
+from gpu_cluster.bills.tencentcloud import TC_FUNCTION, cost_controls_config
+from gpu_cluster.pricing import MonthlyCost, price_plan
 from gpu_cluster.stackfile import ROOT, SAMPLE_STACKS, STACK_NAME, linked_stack_file
 
 STATEFUL = frozenset({
