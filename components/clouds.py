@@ -23,8 +23,10 @@ class CloudProfile:
     """The interface. A method's default is what a cloud without that rule does."""
 
     name: "Cloud"
-    region_example: str
-    """A region named in messages (`aws:region: us-east-1`)."""
+    region_examples: tuple[str, ...]
+    """Regions named in messages as examples (`aws:region: us-east-1`), the first one alone."""
+    rdma_name: str
+    """What the cloud calls a GPU node's RDMA network interfaces (EFA, RDMA)."""
     capacity_types: tuple[str, ...]
     """capacity.type values the cloud sells (spec.Capacity)."""
     snapshot_intervals: str

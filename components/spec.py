@@ -434,7 +434,7 @@ def _resolve(spec: ClusterSpec, regions: Mapping[str, Optional[str]]) -> Cluster
     cloud = spec.cloud
     profile = clouds.profile(cloud)
     region = regions.get(cloud)
-    example = profile.region_example
+    example = profile.region_examples[0]
     if not region:
         problems.append(f"{cloud}:region is not set: set the provider region in the stack file's config "
                         f"(e.g. {cloud}:region: {example})")

@@ -143,7 +143,7 @@ def _interconnect_ok(rule: TierRule, shape: Shape) -> bool:
 def fits(cloud: Cloud, tier: Tier, shape: Shape) -> bool:
     rule = RULES[tier]
     return (
-        shape.cloud == cloud
+        catalog.shapes(cloud).get(shape.type) is shape
         and shape.gpu in rule.gpus
         and shape.gpu_count == _gpu_count_wanted(rule, cloud)
         and _interconnect_ok(rule, shape)

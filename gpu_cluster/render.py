@@ -40,7 +40,9 @@ def _provider_versions() -> dict[str, str]:
     files pin them; tests/test_contracts.py holds them equal to the versions the contracts were read from)."""
     from gpu_cluster import contracts
 
-    return {cloud: contracts.installed_sdk_version(cloud) or contracts.sdk(cloud)[1] for cloud in ("aws", "tencentcloud")}
+    from components.catalog import CLOUDS
+
+    return {c: contracts.installed_sdk_version(c) or contracts.sdk(c)[1] for c in CLOUDS}
 
 
 _PROVIDER_VERSIONS = _provider_versions()

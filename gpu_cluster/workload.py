@@ -61,13 +61,15 @@ class Regions(Strict):
 def _unknown_regions(regions: Any) -> list[str]:
     """One sentence per cloud whose region list names regions the catalog does not know."""
     out = []
-    for cloud in ("aws", "tencentcloud"):
-        names = regions.get(cloud) if isinstance(regions, dict) else None
-        bad = [r for r in names if isinstance(r, str) and r not in catalog.regions(cloud)] \
+    from components.clouds import profile
+
+    for name in catalog.CLOUDS:
+        names = regions.get(name) if isinstance(regions, dict) else None
+        bad = [r for r in names if isinstance(r, str) and r not in catalog.regions(name)] \
             if isinstance(names, (list, tuple)) else []
         if bad:
-            out.append(f"{cloud}: {bad} are not {cloud} regions; allowed: e.g. "
-                       f"{'us-east-1, us-west-2' if cloud == 'aws' else 'ap-shanghai, ap-guangzhou'}")
+            out.append(f"{name}: {bad} are not {name} regions; allowed: e.g. "
+                       f"{', '.join(profile(name).region_examples)}")
     return out
 
 
@@ -83,7 +85,7 @@ def _cross_field(w: Any) -> list[str]:
                       f"got both, tokens={short(tokens)} and dataset_gb={short(dataset_gb)}"))
     regions, clouds = w.get("regions"), w.get("clouds")
     if isinstance(regions, dict) and isinstance(clouds, (list, tuple)):
-        extra = [c for c in ("aws", "tencentcloud") if regions.get(c) and c not in clouds]
+        extra = [c for c in catalog.CLOUDS if regions.get(c) and c not in clouds]
         if extra:
             out.append(f"regions names {extra}, which clouds={list(clouds)} leaves out; allowed: "
                        f"regions only for the listed clouds")

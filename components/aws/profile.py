@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 
 class AwsProfile(CloudProfile):
     name = "aws"
-    region_example = "us-east-1"
+    region_examples = ("us-east-1", "us-west-2")
+    rdma_name = "EFA"
     capacity_types = ("none", "odcr", "capacity_block")
     snapshot_intervals = "dlm_interval_hours"
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from components.clouds import profile
 from components.slurm import shell
 from components.slurm.conf import SlurmCluster
 from components.slurm.fabric import fabric
@@ -130,7 +131,7 @@ def nccl_allreduce_job(c: SlurmCluster) -> str:
               shell.assign("MESSAGE_BYTES", size),
               shell.assign("EXPECTED_GBPS", "" if f.allreduce_busbw_gbps is None else f.allreduce_busbw_gbps),
               shell.assign("THRESHOLD_GBPS", "" if threshold is None else threshold),
-              shell.assign("RDMA_NAME", "EFA" if c.cloud == "aws" else "RDMA"),
+              shell.assign("RDMA_NAME", profile(c.cloud).rdma_name),
               shell.assign("DEFAULT_MPIRUN", rt.mpirun),
               shell.array("NCCL_TESTS_GLOBS", rt.nccl_tests_globs),
               shell.array("ENV_VARS", env_names)]

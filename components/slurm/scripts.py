@@ -35,6 +35,7 @@ from typing import Sequence
 from components.cloudinit import DATA_WAIT_SECONDS, REBOOT_PENDING
 from components.slurm import shell
 from components.slurm.clouds import ops
+from components.clouds import profile
 from components.slurm.conf import SLURMCTLD_PORT, SlurmCluster
 from components.slurm.fabric import fabric, fio_settings, gpu_mem_min_fraction
 
@@ -456,7 +457,7 @@ def node_health_script(c: SlurmCluster) -> str:
     if not shape.rdma:
         rdma_kind, rdma_expected = "none", ""
     else:
-        rdma_kind = "efa" if c.cloud == "aws" else "rdma"
+        rdma_kind = profile(c.cloud).rdma_name.lower()
         rdma_expected = "" if shape.rdma_interfaces is None else shape.rdma_interfaces
     values = {
         "CLUSTER_NAME": c.name, "REGION": c.region,

@@ -25,7 +25,8 @@ def turbo_type(throughput_per_tib: int) -> Optional[str]:
 
 class TencentCloudProfile(CloudProfile):
     name = "tencentcloud"
-    region_example = "ap-shanghai"
+    region_examples = ("ap-shanghai", "ap-guangzhou")
+    rdma_name = "RDMA"
     capacity_types = ("none", "prepaid")
     snapshot_intervals = "snapshot_interval_hours"
 

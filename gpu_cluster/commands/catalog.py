@@ -54,6 +54,7 @@ def collect(cloud: Optional[str], tier: Optional[str], region: Optional[str]) ->
             raise UserError(f"--region {region!r} is not a region of aws or tencentcloud; e.g. us-east-1, ap-shanghai")
         if cloud is not None and cloud not in clouds:
             raise UserError(f"--region {region!r} is not a {cloud} region")
+    chosen = [c for c in catalog.CLOUDS if c == cloud or cloud is None]
     out_tiers = []
     for name in tiers.TIERS:
         if tier is not None and name != tier:
@@ -61,13 +62,11 @@ def collect(cloud: Optional[str], tier: Optional[str], region: Optional[str]) ->
         rule = tiers.RULES[name]
         out_tiers.append({
             "tier": name, "summary": rule.summary, "max_nodes": rule.max_nodes,
-            "default_shape": {c: rule.default_shape[c] for c in catalog.CLOUDS if cloud in (None, c)},
-            "shapes": {c: tiers.allowed_types(c, name) for c in catalog.CLOUDS if cloud in (None, c)},
+            "default_shape": {c: rule.default_shape[c] for c in chosen},
+            "shapes": {c: tiers.allowed_types(c, name) for c in chosen},
         })
     shapes = []
-    for c in catalog.CLOUDS:
-        if cloud is not None and c != cloud:
-            continue
+    for c in chosen:
         for shape in catalog.shapes(c).values():
             member = [t for t in tiers.TIERS if tiers.fits(c, t, shape)]
             if tier is not None and tier not in member:
@@ -116,11 +115,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _rdma(r: dict) -> str:
-    if r["cloud"] == "aws":
-        return f"{r['rdma_interfaces']} EFA" if r["rdma_interfaces"] else "—"
-    if r["rdma"]:
-        return f"{r['rdma_interfaces']} RDMA" if r["rdma_interfaces"] else "RDMA (count unpublished)"
-    return "—"
+    from components.clouds import profile
+
+    name = profile(r["cloud"]).rdma_name
+    if r["rdma_interfaces"]:
+        return f"{r['rdma_interfaces']} {name}"
+    return f"{name} (count unpublished)" if r["rdma"] else "—"
 
 
 def _nvme(r: dict) -> str:

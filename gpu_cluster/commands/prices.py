@@ -45,9 +45,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def _check_region(cloud: str, region: str) -> None:
     from components import catalog
 
+    from components.clouds import profile
+
     if region not in catalog.regions(cloud):  # type: ignore[arg-type]
-        raise UserError(f"--region {region!r} is not a {cloud} region; e.g. "
-                        f"{'us-east-1' if cloud == 'aws' else 'ap-shanghai'}")
+        raise UserError(f"--region {region!r} is not a {cloud} region; e.g. {profile(cloud).region_examples[0]}")
 
 
 def fetch(args: argparse.Namespace) -> int:

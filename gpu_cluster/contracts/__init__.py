@@ -205,8 +205,8 @@ def cloud_of(token: str) -> Optional[str]:
 
 def contract(token: str) -> Optional[Contract]:
     """The contract of a resource type or function token, or None when there is none."""
-    cloud = cloud_of(token)
-    return _load(cloud).get(token) if cloud else None
+    package = cloud_of(token)
+    return _load(package).get(token) if package is not None else None
 
 
 def all_contracts() -> dict[str, Contract]:
