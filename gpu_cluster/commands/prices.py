@@ -63,25 +63,7 @@ def fetch(args: argparse.Namespace) -> int:
     from components.headnode import HEAD_INSTANCE_TYPES
 
     types = list(catalog.shapes(args.cloud)) + [HEAD_INSTANCE_TYPES[args.cloud]]  # the GPU shapes, the Slurm head's
-    if args.cloud == "aws":
-        from gpu_cluster.prices import fetch_aws
-
-        ui.note(f"asking the AWS Price List API for {len(types)} instance types and 4 storage/network items in "
-                f"{args.region}")
-        items, problems = fetch_aws.fetch(fetch_aws.client(), args.region, types, now)
-    else:
-        from gpu_cluster.prices import fetch_tencent
-
-        if not args.zone or catalog.region_of_zone("tencentcloud", args.zone) != args.region:
-            raise UserError(f"--zone {args.zone!r}: give a zone of --region {args.region} (e.g. {args.region}-5); "
-                            f"Tencent quotes instance prices per zone")
-        if not args.image_id or not args.image_id.startswith("img-"):
-            raise UserError(f"--image-id {args.image_id!r}: give the id of an image in {args.zone} (img-xxxxxxxx); "
-                            f"InquiryPriceRunInstances requires one (a free public image does not change the price)")
-        ui.note(f"asking Tencent's inquiry APIs for {len(types)} instance types in {args.zone} and CBS/EIP in "
-                f"{args.region} (billing currency {args.currency})")
-        items, problems = fetch_tencent.fetch(fetch_tencent.clients(args.region), args.region, args.zone,
-                                              args.image_id, args.currency, types, now)
+    items, problems = {"aws": _fetch_aws, "tencentcloud": _fetch_tencent}[args.cloud](args, types, now)
     cache = cache.merged(items)
     cache.write()
     ui.table(["item", "key", "price", "unit", "source"],
@@ -94,6 +76,30 @@ def fetch(args: argparse.Namespace) -> int:
     return EXIT_VIOLATION if hard else EXIT_OK
 
 
+def _fetch_aws(args: argparse.Namespace, types: list[str], now: datetime.datetime) -> tuple[list, list[str]]:
+    from gpu_cluster.prices import fetch_aws
+
+    ui.note(f"asking the AWS Price List API for {len(types)} instance types and 4 storage/network items in "
+            f"{args.region}")
+    return fetch_aws.fetch(fetch_aws.client(), args.region, types, now)
+
+
+def _fetch_tencent(args: argparse.Namespace, types: list[str], now: datetime.datetime) -> tuple[list, list[str]]:
+    from components import catalog
+    from gpu_cluster.prices import fetch_tencent
+
+    if not args.zone or catalog.region_of_zone("tencentcloud", args.zone) != args.region:
+        raise UserError(f"--zone {args.zone!r}: give a zone of --region {args.region} (e.g. {args.region}-5); "
+                        f"Tencent quotes instance prices per zone")
+    if not args.image_id or not args.image_id.startswith("img-"):
+        raise UserError(f"--image-id {args.image_id!r}: give the id of an image in {args.zone} (img-xxxxxxxx); "
+                        f"InquiryPriceRunInstances requires one (a free public image does not change the price)")
+    ui.note(f"asking Tencent's inquiry APIs for {len(types)} instance types in {args.zone} and CBS/EIP in "
+            f"{args.region} (billing currency {args.currency})")
+    return fetch_tencent.fetch(fetch_tencent.clients(args.region), args.region, args.zone, args.image_id,
+                               args.currency, types, now)
+
+
 def show(args: argparse.Namespace) -> int:
     from components import catalog
     from gpu_cluster.prices import NO_KEY, load_book
@@ -101,9 +107,7 @@ def show(args: argparse.Namespace) -> int:
 
     book = load_book(Path(args.prices) if args.prices else None)
     rows = []
-    for cloud in catalog.CLOUDS:
-        if args.cloud and cloud != args.cloud:
-            continue
+    for cloud in [c for c in catalog.CLOUDS if c == args.cloud or not args.cloud]:
         region = args.region or catalog.prices(cloud).get("region")
         if args.region:
             _check_region(cloud, args.region)

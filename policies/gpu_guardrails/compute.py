@@ -95,6 +95,46 @@ def _in_capacity_block(node: Node) -> bool:
     return market and target
 
 
+def _aws_placement(view: Any, n: Any, label: str, why: str, report_violation: Any) -> None:
+    """An AWS node outside a Capacity Block (which AWS packs itself) needs a cluster placement group."""
+    if _in_capacity_block(n):
+        return
+    ref = _placement_ref(view, n)
+    if not ref.present:
+        report_violation(
+            f"GPU node '{n.label}' of cluster '{label}' ({why}) has no placement group; put every node in "
+            f"one placement group with strategy 'cluster' so NCCL traffic stays on one network spine.",
+            n.urn)
+    elif ref.resource is not None:
+        strategy = get(ref.resource.props, "strategy")
+        if known(strategy) and strategy != "cluster":
+            report_violation(
+                f"GPU node '{n.label}' of cluster '{label}' is in placement group "
+                f"'{short(ref.resource.urn)}' with strategy '{strategy}'; use strategy 'cluster'.",
+                n.urn)
+
+
+def _tencent_placement(view: Any, n: Any, label: str, why: str, report_violation: Any) -> None:
+    """A Tencent HCC (RDMA) node must sit in an HPC cluster; other shapes have no placement to ask for."""
+    if not is_tencent_hcc(n.instance_type):
+        return
+    if n.hpc is None:
+        report_violation(
+            f"GPU node group '{n.label}' of cluster '{label}' ({why}) launches an HCC shape "
+            f"({n.instance_type}), but Auto Scaling groups and TKE node pools cannot place machines in an "
+            f"HPC cluster (no hpc_cluster_id), so they get no RDMA network; run HCC nodes as "
+            f"tencentcloud.Instance (or cluster worker configs) with hpc_cluster_id.", n.urn)
+    elif not n.hpc.present:
+        report_violation(
+            f"GPU node '{n.label}' of cluster '{label}' ({why}) is an HCC shape ({n.instance_type}) "
+            f"outside any HPC cluster, so it has no RDMA network; create a tencentcloud.cvm.HpcCluster "
+            f"in the cluster's zone and set hpc_cluster_id on every node.", n.urn)
+
+
+_PLACEMENT = {"aws": _aws_placement, "tencentcloud": _tencent_placement}
+"""How each cloud packs a cluster's nodes together."""
+
+
 def _placement_required(args: Any, report_violation: Any) -> None:
     view = view_of(args.resources)
     min_nodes = as_int(config_value(args, "minNodes", 2)) or 2
@@ -106,35 +146,9 @@ def _placement_required(args: Any, report_violation: Any) -> None:
         why = f"{total} nodes" if total >= min_nodes else f"tier {nodes[0].tier}"
         label = cluster or "(untagged)"
         for n in nodes:
-            name = n.label
-            if n.cloud == "aws" and _in_capacity_block(n):
-                continue
-            if n.cloud == "aws":
-                ref = _placement_ref(view, n)
-                if not ref.present:
-                    report_violation(
-                        f"GPU node '{name}' of cluster '{label}' ({why}) has no placement group; put every node in "
-                        f"one placement group with strategy 'cluster' so NCCL traffic stays on one network spine.",
-                        n.urn)
-                elif ref.resource is not None:
-                    strategy = get(ref.resource.props, "strategy")
-                    if known(strategy) and strategy != "cluster":
-                        report_violation(
-                            f"GPU node '{name}' of cluster '{label}' is in placement group "
-                            f"'{short(ref.resource.urn)}' with strategy '{strategy}'; use strategy 'cluster'.",
-                            n.urn)
-            elif n.cloud == "tencentcloud" and is_tencent_hcc(n.instance_type):
-                if n.hpc is None:
-                    report_violation(
-                        f"GPU node group '{n.label}' of cluster '{label}' ({why}) launches an HCC shape "
-                        f"({n.instance_type}), but Auto Scaling groups and TKE node pools cannot place machines in an "
-                        f"HPC cluster (no hpc_cluster_id), so they get no RDMA network; run HCC nodes as "
-                        f"tencentcloud.Instance (or cluster worker configs) with hpc_cluster_id.", n.urn)
-                elif not n.hpc.present:
-                    report_violation(
-                        f"GPU node '{n.label}' of cluster '{label}' ({why}) is an HCC shape ({n.instance_type}) "
-                        f"outside any HPC cluster, so it has no RDMA network; create a tencentcloud.cvm.HpcCluster "
-                        f"in the cluster's zone and set hpc_cluster_id on every node.", n.urn)
+            check = _PLACEMENT.get(n.cloud)
+            if check is not None:
+                check(view, n, label, why, report_violation)
 
 
 placement_required = StackValidationPolicy(
@@ -169,6 +183,56 @@ def _efa_cards(lt: Any) -> int:
     return len(cards)
 
 
+def _aws_rdma(n: Any, label: str, nodes: list, state: dict, report_violation: Any) -> None:
+    """An AWS node enables every EFA interface its shape has (one per network card), through its launch
+    template: launch configurations and spot-fleet launch specifications cannot declare them."""
+    need = max((efa_interfaces(t, state["overrides"]) for t in n.instance_types), default=0)
+    if need == 0:
+        return
+    tref = next((r for r in n.templates if r.resource is None or r.resource.resource_type in
+                 (AWS_LAUNCH_TEMPLATE, AWS_LAUNCH_CONFIG)), None)
+    if tref is not None and tref.resource is None:
+        return  # a template unknown during preview, or one this stack cannot see
+    lt = tref.resource if tref is not None else None
+    if lt is not None and get(lt.props, "networkInterfaces") is UNKNOWN:
+        return
+    have = _efa_cards(lt) if lt is not None and lt.resource_type == AWS_LAUNCH_TEMPLATE else 0
+    target = lt.urn if lt is not None else n.urn
+    if have < need and target not in state["reported"]:
+        state["reported"].add(target)
+        kind = "launch configuration" if lt is not None and lt.resource_type == AWS_LAUNCH_CONFIG \
+            else "launch template"
+        where = f"{kind} '{short(lt.urn)}'" if lt is not None else f"node '{n.label}'"
+        report_violation(
+            f"{n.instance_type} has {need} EFA interfaces but {where} of cluster '{label}' enables "
+            f"{have}; launch it from a launch template with a network interface of interface_type "
+            f"'efa' (card 0) or 'efa-only' on every network_card_index 0..{need - 1}, or NCCL runs over "
+            f"TCP at a fraction of the bandwidth.", target)
+
+
+def _tencent_rdma(n: Any, label: str, nodes: list, state: dict, report_violation: Any) -> None:
+    """Tencent HCC nodes of one cluster share one HPC cluster: RDMA connects only its members."""
+    if not is_tencent_hcc(n.instance_type):
+        return
+    ref = n.hpc
+    if ref is None or not ref.present:
+        return  # placement-required reports the missing HPC cluster
+    key = ref.resource.urn if ref.resource is not None else ref.outside
+    if key is None:
+        return
+    if state.get("hpc_home") is None:
+        state["hpc_home"] = key
+    elif key != state["hpc_home"]:
+        report_violation(
+            f"GPU node '{n.label}' of cluster '{label}' is in a different HPC cluster than "
+            f"'{nodes[0].label}'; RDMA only connects nodes of one HPC cluster, so put every "
+            f"node in the same one.", n.urn)
+
+
+_RDMA = {"aws": _aws_rdma, "tencentcloud": _tencent_rdma}
+"""How each cloud's RDMA network reaches every node of a cluster."""
+
+
 def _rdma_enabled(args: Any, report_violation: Any) -> None:
     view = view_of(args.resources)
     min_nodes = as_int(config_value(args, "minNodes", 2)) or 2
@@ -179,46 +243,11 @@ def _rdma_enabled(args: Any, report_violation: Any) -> None:
         if sum(n.count for n in nodes) < min_nodes:
             continue
         label = cluster or "(untagged)"
-        hpc_home = None
+        state = {"overrides": overrides, "reported": reported, "hpc_home": None}
         for n in nodes:
-            if n.cloud == "aws":
-                need = max((efa_interfaces(t, overrides) for t in n.instance_types), default=0)
-                if need == 0:
-                    continue
-                tref = next((r for r in n.templates if r.resource is None or r.resource.resource_type in
-                             (AWS_LAUNCH_TEMPLATE, AWS_LAUNCH_CONFIG)), None)
-                if tref is not None and tref.resource is None:
-                    continue  # a template unknown during preview, or one this stack cannot see
-                lt = tref.resource if tref is not None else None
-                if lt is not None and get(lt.props, "networkInterfaces") is UNKNOWN:
-                    continue
-                # Launch configurations and spot-fleet launch specifications cannot declare EFA interfaces.
-                have = _efa_cards(lt) if lt is not None and lt.resource_type == AWS_LAUNCH_TEMPLATE else 0
-                target = lt.urn if lt is not None else n.urn
-                if have < need and target not in reported:
-                    reported.add(target)
-                    kind = "launch configuration" if lt is not None and lt.resource_type == AWS_LAUNCH_CONFIG \
-                        else "launch template"
-                    where = f"{kind} '{short(lt.urn)}'" if lt is not None else f"node '{n.label}'"
-                    report_violation(
-                        f"{n.instance_type} has {need} EFA interfaces but {where} of cluster '{label}' enables "
-                        f"{have}; launch it from a launch template with a network interface of interface_type "
-                        f"'efa' (card 0) or 'efa-only' on every network_card_index 0..{need - 1}, or NCCL runs over "
-                        f"TCP at a fraction of the bandwidth.", target)
-            elif n.cloud == "tencentcloud" and is_tencent_hcc(n.instance_type):
-                ref = n.hpc
-                if ref is None or not ref.present:
-                    continue  # placement-required reports the missing HPC cluster
-                key = ref.resource.urn if ref.resource is not None else ref.outside
-                if key is None:
-                    continue
-                if hpc_home is None:
-                    hpc_home = key
-                elif key != hpc_home:
-                    report_violation(
-                        f"GPU node '{n.label}' of cluster '{label}' is in a different HPC cluster than "
-                        f"'{nodes[0].label}'; RDMA only connects nodes of one HPC cluster, so put every "
-                        f"node in the same one.", n.urn)
+            check = _RDMA.get(n.cloud)
+            if check is not None:
+                check(n, label, nodes, state, report_violation)
 
 
 rdma_enabled = StackValidationPolicy(

@@ -18,6 +18,14 @@ from .stack import (AWS_DEFAULT_SUBNET, AWS_INSTANCE, AWS_LAUNCH_CONFIG, AWS_LAU
 
 # ---- dedicated-subnet ---------------------------------------------------------------------------
 
+DEFAULT_VPC_CLOUDS = frozenset({"aws"})
+"""Clouds that launch a machine given no subnet into a default VPC (EC2 user guide, "Default VPCs");
+Tencent's instance needs its subnet."""
+SUBNET_PUBLIC_IP_CLOUDS = frozenset({"aws"})
+"""Clouds whose subnet can hand a public IP to every machine that does not refuse one itself (an AWS
+subnet's map_public_ip_on_launch)."""
+
+
 def _dedicated_subnet(args: Any, report_violation: Any) -> None:
     view = view_of(args.resources)
     allowed = {v for v in config_list(args, "allowedSharedSubnetIds") if isinstance(v, str)}
@@ -25,7 +33,7 @@ def _dedicated_subnet(args: Any, report_violation: Any) -> None:
     for node in view.gpu_nodes():
         name, cluster = node.label, node.cluster or "(untagged)"
         if not node.subnets:
-            if node.cloud == "aws" and node.resource.resource_type != AWS_NODE_GROUP \
+            if node.cloud in DEFAULT_VPC_CLOUDS and node.resource.resource_type != AWS_NODE_GROUP \
                     and not any(t.unknown for t in node.templates):
                 report_violation(
                     f"GPU node '{name}' sets no subnet, so AWS launches it in the default VPC; give it the "
@@ -618,7 +626,7 @@ def _no_public_ip(args: Any, report_violation: Any) -> None:
             report(where.urn, f"GPU node '{node.label}' gets a public IP address ({what} ask for one: "
                               f"associate_public_ip_address / allocate_public_ip / public_ip_assigned); set it to "
                               f"false and reach the nodes through the NAT gateway and SSM / TAT.")
-        elif setting is None and node.cloud == "aws":
+        elif setting is None and node.cloud in SUBNET_PUBLIC_IP_CLOUDS:
             for ref in node.subnets:
                 if ref.resource is not None and _maps_public(ref.resource):
                     report(ref.resource.urn,
