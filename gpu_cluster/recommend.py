@@ -1,6 +1,6 @@
 """From a workload to a cluster: which cloud, tier, shape, node count and purchase option, at what cost.
 
-The model (every constant below is stated in the output and in the README):
+The model (every constant below is stated in the output and in docs/recommend.md):
 
 - **Memory** (does the model fit?). Training state in bytes per parameter, sharded evenly over every
   GPU of the cluster (ZeRO-3 / FSDP), must fit in `USABLE_MEMORY` of each GPU's memory; the rest is
@@ -488,7 +488,7 @@ def stack_document(rec: Recommendation, c: Candidate, emails: tuple[str, ...],
         "criticality": w.criticality, "purchase": c.purchase, "instance_type": c.shape.type,
     }
     if c.purchase == "capacity_block":
-        # Step one of two: `pulumi up` buys the block; the nodes launch once it starts (README).
+        # Step one of two: `pulumi up` buys the block; the nodes launch once it starts (docs/clouds.md, Capacity Blocks).
         start = (today or datetime.datetime.now(datetime.timezone.utc).date()) + datetime.timedelta(days=BLOCK_START_DAYS)
         cluster["purchase"] = "on_demand"
         cluster["capacity"] = {"type": "capacity_block", "start_date": start.isoformat(),

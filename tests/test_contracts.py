@@ -46,9 +46,14 @@ def test_every_type_and_function_the_program_uses_has_a_contract(used):
 
 def test_every_function_names_the_api_actions_it_calls_and_the_readme_lists_exactly_those():
     """The deployer's credentials make the program's lookups: each function's contract names the cloud API
-    actions its provider Read calls, and the README's deploying section lists those and no others."""
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    section = readme.split("## Deploying for real", 1)[1].split("\n## ", 1)[0]
+    actions its provider Read calls, and docs/clouds.md's read-permissions section (where the README's
+    deploying section sends the reader) lists those and no others."""
+    root = Path(__file__).resolve().parent.parent
+    readme = root.joinpath("README.md").read_text()
+    deploying = readme.split("## Deploying for real", 1)[1].split("\n## ", 1)[0]
+    assert "docs/clouds.md" in deploying and "Read permissions of the deployer" in deploying
+    clouds = root.joinpath("docs", "clouds.md").read_text()
+    section = clouds.split("\n## Read permissions of the deployer\n", 1)[1].split("\n## ", 1)[0]
     listed = set(re.findall(r"`([a-z0-9]+:[A-Z][A-Za-z0-9]+)`", section))
     calls = set()
     for token, c in contracts.all_contracts().items():
@@ -59,7 +64,7 @@ def test_every_function_names_the_api_actions_it_calls_and_the_readme_lists_exac
         else:
             assert c.calls is None, f"{token}: `calls` is for functions"
     assert len(calls) >= 15
-    assert listed == calls, f"README lists {sorted(listed - calls)} that no function calls; misses {sorted(calls - listed)}"
+    assert listed == calls, f"docs/clouds.md lists {sorted(listed - calls)} that no function calls; misses {sorted(calls - listed)}"
 
 
 def test_every_entry_cites_the_provider_source_of_the_pinned_version():

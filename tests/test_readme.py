@@ -1,4 +1,5 @@
-"""The README keeps its promises: the two fresh-machine commands, and a config table that matches the models."""
+"""The docs keep their promises: the README's two fresh-machine commands, and a stack-file table
+(docs/stack-file.md) that matches the models."""
 
 from __future__ import annotations
 
@@ -7,12 +8,14 @@ from pathlib import Path
 from gpu_cluster import config_table
 
 README = Path(__file__).resolve().parent.parent / "README.md"
+STACK_FILE_DOC = README.parent / "docs" / "stack-file.md"
 
 
 def test_config_table_is_generated_from_the_models():
-    text = README.read_text(encoding="utf-8")
+    assert config_table.TARGET == STACK_FILE_DOC
+    text = STACK_FILE_DOC.read_text(encoding="utf-8")
     assert config_table.current_block(text) == config_table.block(), (
-        "README's stack-file table is stale: run `./venv/bin/python -m gpu_cluster.config_table --write`")
+        "docs/stack-file.md's table is stale: run `./venv/bin/python -m gpu_cluster.config_table --write`")
 
 
 def test_the_table_speaks_the_users_words():

@@ -2,7 +2,7 @@
 
 For each allowed cloud, tier and shape: whether the model fits in GPU memory, the training hours,
 the run's cost and the monthly cost, whether that is within budget, and why (the model: see
-gpu_cluster/recommend.py and the README). `--write-stack PATH` writes the top pick as a stack file
+gpu_cluster/recommend.py and docs/recommend.md). `--write-stack PATH` writes the top pick as a stack file
 that `gpu-cluster plan --stack-file PATH` renders. Exit 0 with a recommendation, 1 when no candidate
 fits memory, time and budget (saying which constraint failed and what would fit), 2 for a bad
 workload file.

@@ -110,7 +110,7 @@ class Contract:
     """Arguments that, true in the state, make the provider's Delete fail (argument → why)."""
     calls: Optional[tuple[str, ...]] = None
     """A function's cloud API actions, as its provider's Read calls them ("ec2:DescribeImages"): the
-    deployer's credentials need each at every preview and update (README, "Deploying for real")."""
+    deployer's credentials need each at every preview and update (docs/clouds.md, "Read permissions of the deployer")."""
     notes: str = ""
 
     def paths(self) -> Iterator[tuple[str, Rule]]:
