@@ -15,6 +15,7 @@ listed as kept as created.
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -299,19 +300,40 @@ _MD_SPECIAL = str.maketrans({c: "\\" + c for c in "\\`*_[]|~"} | {"<": "&lt;", "
                                                                                "\n": " ", "\r": " "})
 
 
+_INVISIBLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e"
+                        r"\u2060-\u206f\ufeff\ufff9-\ufffb]")
+"""Control, format and direction characters (U+202E turns text around, U+2028 breaks a line), shown as ?."""
+
+
+def _visible(text: object) -> str:
+    return _INVISIBLE.sub("?", str(text).replace("\n", " ").replace("\r", " "))
+
+
+_LINKY = re.compile(r"(?:[A-Za-z][A-Za-z0-9+.-]*://|www\.)\S+|[\w.+-]+@[\w-]+(?:\.[\w-]+)+|(?<![\w&])[@#][\w-]+")
+"""What GitHub would turn into a link, a mention or a reference by itself (URLs, www., e-mail addresses,
+@someone, #123): shown as code instead."""
+
+
 def md(text: object) -> str:
     """Text from a stack file or a program's message, safe in Markdown prose and table cells (never at the
     start of a line: each starts with our own text): what would make emphasis, code, a link or image
     (`[`, `]`; `(` acts only after `]`), a table cell's end or HTML is escaped (CommonMark: any ASCII
-    punctuation may be backslash-escaped; < > & as entities), and a line break becomes a space."""
-    return str(text).translate(_MD_SPECIAL)
+    punctuation may be backslash-escaped; < > & as entities); what GitHub links by itself becomes code;
+    control and direction characters become ?, a line break a space."""
+    text = _visible(text)
+    out, last = [], 0
+    for m in _LINKY.finditer(text):
+        out += [text[last:m.start()].translate(_MD_SPECIAL), code(m.group())]
+        last = m.end()
+    out.append(text[last:].translate(_MD_SPECIAL))
+    return "".join(out)
 
 
 def code(text: object) -> str:
     """A code span holding `text`: a backtick cannot close it (it becomes '), a pipe cannot end a table
     cell (GitHub reads \\| as | even in a code span), a line break becomes a space; inside a code span
     nothing else is Markdown or HTML."""
-    inner = str(text).replace("`", "'").replace("|", "\\|").replace("\n", " ").replace("\r", " ")
+    inner = _visible(text).replace("`", "'").replace("|", "\\|")
     return f"`{inner}`"
 
 
@@ -321,7 +343,7 @@ def render_markdown(reviews: list[StackReview], base_ref: str) -> str:
     if invalid:
         out += ["> [!IMPORTANT]", "> **Invalid stack file: the pull request breaks these stacks (nothing else is "
                 "compared for them).**"]
-        out += [f"> - {code(r.stack)}: invalid stack file: {md(r.invalid)}" for r in invalid]
+        out += [f"> - {code(r.stack)}: invalid stack file: {code(r.invalid)}" for r in invalid]
         out.append("")
     dangerous = [(r.stack, c) for r in reviews for c in r.changes if c.dangerous]
     if dangerous:
@@ -341,18 +363,18 @@ def render_markdown(reviews: list[StackReview], base_ref: str) -> str:
             "|---|---|---|---|---|---|---|---|"]
     for r in reviews:
         if r.invalid:
-            out.append(f"| {md(r.stack)} | — | — | — | — | invalid stack file | — | — |")
+            out.append(f"| {code(r.stack)} | — | — | — | — | invalid stack file | — | — |")
             continue
-        out.append(f"| {md(r.stack)} | {r.count('add')} | {r.count('change')} | {r.count('replace')} | "
+        out.append(f"| {code(r.stack)} | {r.count('add')} | {r.count('change')} | {r.count('replace')} | "
                    f"{r.count('delete')} | {md(_cost_line(r))} | {len(r.new_violations)} | {len(r.fixed_violations)} |")
     for r in reviews:
         controls = [] if r.invalid else _controls_lines(r)
         if not (r.changes or r.new_violations or r.fixed_violations or r.notes or controls or r.kept
                 or r.invalid or r.pack_differences):
             continue
-        out += ["", f"### {md(r.stack)}", ""]
+        out += ["", f"### {code(r.stack)}", ""]
         if r.invalid:
-            out.append(f"- **invalid stack file**: {md(r.invalid)}")
+            out.append(f"- **invalid stack file**: {code(r.invalid)}")
         out += [f"- note: {md(n)}" for n in r.notes]
         if r.kept:
             out.append("- kept as created (the program ignores changes to these, so `pulumi up` leaves them; "
@@ -434,6 +456,16 @@ def _speaks_json(tree: Path, package: str) -> bool:
     return plan_command.is_file() and '"--json"' in plan_command.read_text(encoding="utf-8", errors="replace")
 
 
+def side_env() -> dict[str, str]:
+    """The environment of a side's renderer. The two sides render at once, one process each (a side's own
+    workers would only contend for the cores). A side's program gets none of a CI runner's GITHUB_*
+    variables: GITHUB_OUTPUT, GITHUB_ENV and GITHUB_PATH are files through which it could set the gate's
+    verdict or the next steps' environment, and GITHUB_TOKEN is the job's token."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GITHUB_")}
+    env[JOBS_ENV] = "1"
+    return env
+
+
 def _start_side(tree: Path, stacks: list[str], out: Path) -> Run:
     files = [tree / "stacks" / f"Pulumi.{s}.yaml" for s in stacks]
     present = [f for f in files if f.is_file()]
@@ -446,9 +478,7 @@ def _start_side(tree: Path, stacks: list[str], out: Path) -> Run:
     args = [sys.executable, "-m", package, "plan", "--out", str(out), *(["--json"] if speaks_json else [])]
     for f in present:
         args += ["--stack-file", str(f)]
-    # The two sides render at once, one process each: a side's own workers would only contend for the cores.
-    env = {**os.environ, JOBS_ENV: "1"}
-    return Run(subprocess.Popen(args, cwd=tree, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    return Run(subprocess.Popen(args, cwd=tree, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=side_env(),
                                 start_new_session=True),
                present, "", speaks_json)
 
@@ -554,6 +584,8 @@ def _refused_in_head(stacks: Sequence[str], head: Path) -> dict[str, str]:
                       f"and '.', not starting with '.'")
         elif path.is_symlink() or path.exists():
             refused = linked_stack_file(path, head / "stacks")
+            if refused is None and not path.is_file():
+                refused = f"stacks/{path.name} is not a regular file (a folder?); a stack file must be a file"
             if refused:
                 out[s] = refused
     return out

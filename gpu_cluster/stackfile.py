@@ -27,6 +27,13 @@ STACK_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
 """Pulumi stack names: letters, digits, hyphens, underscores and periods, at most 100 characters (Pulumi
 documentation, "Stacks"; we also refuse a leading period, which would make a hidden plan file)."""
 OUR_KEYS = ("gpu-cluster:cluster", "gpu-cluster:prices")
+PROVIDER_KEYS = ("aws:region", "aws:profile", "tencentcloud:region")
+"""The provider settings a stack file may hold: where, and with which local credentials profile. Any other
+(aws:defaultTags, aws:ignoreTags, aws:endpoints, aws:assumeRole, tencentcloud:domain, …) would change what
+`pulumi up` does in ways no offline plan, policy or review sees, so it is refused."""
+TOP_KEYS = ("config", "secretsprovider", "encryptedkey", "encryptionsalt")
+"""What a Pulumi stack file may hold besides `config` (its secrets provider settings). `environment` (Pulumi
+ESC) is refused: it merges configuration from elsewhere into the stack at `pulumi up`, past the review."""
 
 
 class StackFileError(UserError):
@@ -98,6 +105,12 @@ def read_stack_file(path: Path, stack: Optional[str] = None) -> StackFile:
         raise StackFileError(str(e)) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("config"), dict):
         raise StackFileError(f"stack file {path} has no `config:` mapping")
+    for key in doc:
+        if key not in TOP_KEYS:
+            why = (" (a Pulumi ESC environment merges configuration into the stack at `pulumi up`, which no "
+                   "offline plan or review sees)" if key == "environment" else "")
+            raise StackFileError(f"stack file {path}: top-level key {key!r} is not allowed{why}; allowed: "
+                                 f"{', '.join(TOP_KEYS)}")
     config = doc["config"]
     if CLUSTER_KEY not in config:
         raise StackFileError(f"stack file {path} has no `{CLUSTER_KEY}` value")
@@ -108,9 +121,21 @@ def read_stack_file(path: Path, stack: Optional[str] = None) -> StackFile:
         if key.startswith("gpu-cluster:") and key not in OUR_KEYS:
             raise StackFileError(f"stack file {path}: unknown config key {key!r}; allowed keys of gpu-cluster: "
                                  f"{', '.join(OUR_KEYS)}")
+        if key.split(":", 1)[0] in CLOUDS and key not in PROVIDER_KEYS:
+            raise StackFileError(f"stack file {path}: provider setting {key!r} is not allowed: it would change what "
+                                 f"`pulumi up` does where no plan, policy or review sees it; allowed provider "
+                                 f"settings: {', '.join(PROVIDER_KEYS)}")
         if key.endswith(":region") and not isinstance(value, str):
             raise StackFileError(f"stack file {path}: {key}={value!r} is not a region name; allowed: a string "
                                  f"such as {'us-east-1' if key.startswith('aws') else 'ap-shanghai'}")
+    prices = config.get("gpu-cluster:prices")
+    in_stacks = Path(os.path.abspath(path)).parent == STACKS_DIR
+    if in_stacks and isinstance(prices, str) and prices.strip():
+        target = (Path(os.path.abspath(path)).parent / prices).resolve()
+        if Path(prices).is_absolute() or not target.is_relative_to(STACKS_DIR.parent.resolve()):
+            raise StackFileError(f"stack file {path}: gpu-cluster:prices={prices!r} points outside the repository; "
+                                 f"allowed: a price file in the repository, relative to the stack file "
+                                 f"(e.g. ../prices/negotiated.yaml)")
     if stack is None:
         stack = stack_name_of(path)
     if not STACK_NAME.fullmatch(stack):

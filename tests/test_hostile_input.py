@@ -183,3 +183,94 @@ def test_version_and_json_outputs(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main(["--version"])
     assert e.value.code == 0 and capsys.readouterr().out.startswith("gpu-cluster 0.")
+
+
+# --- found by the adversarial review of the gate ---------------------------------------------------------
+
+def _stack(tmp_path: Path, extra_top: str = "", extra_config: str = "") -> Path:
+    text = (STACKS_DIR / "Pulumi.tencent-entry.yaml").read_text()
+    text = text.replace("config:\n", f"{extra_top}config:\n{extra_config}", 1)
+    path = tmp_path / "Pulumi.t.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_an_esc_environment_that_would_merge_settings_past_the_review_is_refused(tmp_path):
+    from gpu_cluster.stackfile import StackFileError
+
+    with pytest.raises(StackFileError, match="top-level key 'environment' is not allowed .a Pulumi ESC environment"):
+        read_stack_file(_stack(tmp_path, extra_top="environment: [myorg/anything]\n"))
+    with pytest.raises(StackFileError, match="top-level key 'foo' is not allowed; allowed: config, secretsprovider"):
+        read_stack_file(_stack(tmp_path, extra_top="foo: bar\n"))
+    assert read_stack_file(_stack(tmp_path, extra_top="secretsprovider: passphrase\n")).stack == "t"
+
+
+@pytest.mark.parametrize("key", ["aws:defaultTags: {tags: {a: b}}", "aws:ignoreTags: {keys: [gpu-cluster:backup]}",
+                                 "tencentcloud:domain: evil.example", "aws:skipRegionValidation: true"])
+def test_provider_settings_no_review_sees_are_refused(tmp_path, key):
+    from gpu_cluster.stackfile import StackFileError
+
+    name = key.split(":")[0] + ":" + key.split(":")[1]
+    with pytest.raises(StackFileError, match=f"provider setting '{name}' is not allowed"):
+        read_stack_file(_stack(tmp_path, extra_config=f"  {key}\n"))
+    assert read_stack_file(_stack(tmp_path, extra_config="  aws:profile: research\n")).config["aws:profile"] == "research"
+
+
+def test_a_stack_in_stacks_may_not_name_a_price_file_outside_the_repository(tmp_path, monkeypatch):
+    from gpu_cluster import stackfile
+    from gpu_cluster.stackfile import StackFileError
+
+    repo = tmp_path / "repo"
+    (repo / "stacks").mkdir(parents=True)
+    monkeypatch.setattr(stackfile, "STACKS_DIR", repo / "stacks")
+    text = (STACKS_DIR / "Pulumi.tencent-entry.yaml").read_text()
+    for value in ("/etc/passwd", "../../etc/hostname"):
+        path = repo / "stacks" / "Pulumi.p.yaml"
+        path.write_text(text.replace("config:\n", f"config:\n  gpu-cluster:prices: {value}\n", 1))
+        with pytest.raises(StackFileError, match="points outside the repository"):
+            read_stack_file(path)
+    path.write_text(text.replace("config:\n", "config:\n  gpu-cluster:prices: ../prices/negotiated.yaml\n", 1))
+    assert read_stack_file(path).config["gpu-cluster:prices"] == "../prices/negotiated.yaml"
+
+
+def test_invisible_characters_and_autolinks_never_reach_the_review_as_such():
+    text = "x\u202eevil\u2028next see https://evil.example www.phish.example @team #12 me@corp.example"
+    out = md(text)
+    assert "\u202e" not in out and "\u2028" not in out
+    for linky in ("`https://evil.example`", "`www.phish.example`", "`@team`", "`#12`", "`me@corp.example`"):
+        assert linky in out
+    assert code("www.x.example") == "`www.x.example`"  # stack names go in code spans, which GitHub never links
+
+
+def test_a_folder_named_like_a_stack_file_is_refused_not_taken_for_a_removal(tmp_path):
+    from gpu_cluster.review import _refused_in_head
+
+    (tmp_path / "stacks" / "Pulumi.evil.yaml").mkdir(parents=True)
+    (tmp_path / "stacks" / "Pulumi.evil.yaml" / "Pulumi.inner.yaml").write_text("config: {}\n")
+    (tmp_path / "stacks" / "Pulumi.fine.yaml").write_text("config: {}\n")
+    refused = _refused_in_head(["evil", "fine", "gone"], tmp_path)
+    assert set(refused) == {"evil"} and "is not a regular file" in refused["evil"]
+
+
+def test_a_sides_renderer_gets_none_of_the_runners_step_files(monkeypatch):
+    from gpu_cluster.review import side_env
+
+    for name in ("GITHUB_OUTPUT", "GITHUB_ENV", "GITHUB_PATH", "GITHUB_TOKEN"):
+        monkeypatch.setenv(name, "/tmp/x")
+    env = side_env()
+    assert not [k for k in env if k.startswith("GITHUB_")] and env["GPU_CLUSTER_JOBS"] == "1"
+
+
+def test_the_tencent_code_package_is_never_written_through_a_link(tmp_path):
+    from components.tencentcloud.costcontrol import write_package
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "build").symlink_to(elsewhere)
+    with pytest.raises(ValueError, match="build is a symbolic link; the cost-controls code package is never written"):
+        write_package(b"zip", root=root)
+    assert not any(elsewhere.rglob("*"))
+    (root / "build").unlink()
+    assert write_package(b"zip", root=root).startswith("build/tencent-cost-controls/cost-controls-")

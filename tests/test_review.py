@@ -111,8 +111,8 @@ def test_a_data_volume_grows_in_place_and_nothing_else_changes(sample_plan):
     assert [(c.action, c.type, c.name, c.keys) for c in review.changes] == [
         ("change", "aws:ebs/volume:Volume", "ml-entry-storage-data-0", ("size",))]
     assert review.cost_after.total - review.cost_before.total == pytest.approx(200 * 0.08)  # 200 GB more gp3
-    [row] = [line for line in render_markdown([review], "main").splitlines() if line.startswith("| aws-entry |")]
-    assert row.startswith("| aws-entry | 0 | 1 | 0 | 0 |") and "(+16.00 USD)" in row
+    [row] = [line for line in render_markdown([review], "main").splitlines() if line.startswith("| `aws-entry` |")]
+    assert row.startswith("| `aws-entry` | 0 | 1 | 0 | 0 |") and "(+16.00 USD)" in row
 
 
 def _clone_with_this_code(tmp_path: Path):
@@ -156,16 +156,16 @@ def test_make_review_against_a_base_ref(tmp_path):
         "| change | `tencentcloud:Cbs/storage:Storage` | `tc-entry-data-0` | storageSize |",
         "| change | `tencentcloud:Scf/function:Function` | `tc-lab-cost-controls` | zipFile (code only) |",
     ], "the disk and the code package, nothing else: both sides render alike in their own processes"
-    row = next(line for line in md.splitlines() if line.startswith("| tencent-entry |"))
-    assert row.startswith("| tencent-entry | 0 | 2 | 0 | 0 |"), row
+    row = next(line for line in md.splitlines() if line.startswith("| `tencent-entry` |"))
+    assert row.startswith("| `tencent-entry` | 0 | 2 | 0 | 0 |"), row
     here = review_stack("tencent-entry", render_plan("tencent-entry"),
                         render_plan("tencent-entry", {"storage": {"data_disk_gb": 400}}))
     assert f"(+{here.cost_after.total - here.cost_before.total:,.2f} CNY)" in row, "priced as in this process"
     # The base's package is priced from the base tree's copy: the same schedule, the same cost.
-    row = next(line for line in md.splitlines() if line.startswith("| tencent-scheduled |"))
-    assert row.startswith("| tencent-scheduled | 0 | 1 | 0 | 0 |") and "+0.00 CNY" in row, row
-    assert [line.split(" | ")[0] for line in md.splitlines() if line.startswith("| aws-") or line.startswith("| tencent-")] == [
-        "| tencent-entry", "| tencent-scheduled"], "only the named stacks, sample stacks in their order"
+    row = next(line for line in md.splitlines() if line.startswith("| `tencent-scheduled` |"))
+    assert row.startswith("| `tencent-scheduled` | 0 | 1 | 0 | 0 |") and "+0.00 CNY" in row, row
+    assert [line.split(" | ")[0] for line in md.splitlines() if line.startswith(("| `aws-", "| `tencent-"))] == [
+        "| `tencent-entry`", "| `tencent-scheduled`"], "only the named stacks, sample stacks in their order"
     assert "review of 2 stack(s)" in result.stdout
 
 
@@ -255,7 +255,7 @@ def test_a_pull_request_adding_a_user_stack_with_a_mandatory_violation_fails_the
     assert result.returncode == 1, result.stdout + result.stderr
     assert "team: new mandatory violation no-public-ssh" in result.stdout
     md = (tmp_path / "review.md").read_text()
-    assert "- `no-public-ssh` (mandatory):" in md and "| team | " in md
+    assert "- `no-public-ssh` (mandatory):" in md and "| `team` | " in md
     # A later pull request repairs a stack that no longer validated at its base: a note, not a failure.
     (clone / "stacks" / "Pulumi.team.yaml").write_text(team.replace("nodes: 1", "nodes: 0"))
     run("git", "-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-qam", "break it")
@@ -296,9 +296,8 @@ def test_a_pull_request_that_breaks_a_stack_file_exits_2_and_shows_why_not_delet
                             cwd=clone, capture_output=True, text=True, timeout=300)
     assert result.returncode == 2, result.stdout + result.stderr
     md = (tmp_path / "review.md").read_text()
-    assert "`tencent-entry`: invalid stack file: invalid stack file: - cluster.nodes=0: must be at least 1" in " ".join(
-        md.split())
-    assert "| tencent-entry | — | — | — | — | invalid stack file |" in md
+    assert "`tencent-entry`: invalid stack file: `invalid stack file:   - cluster.nodes=0: must be at least 1" in md
+    assert "| `tencent-entry` | — | — | — | — | invalid stack file |" in md
     assert "CAUTION" not in md and not [line for line in md.splitlines() if line.startswith("| delete")]
     assert "is a symbolic link; stack files in stacks/ must be regular files" in md
     doc = json.loads(result.stdout)
@@ -314,8 +313,8 @@ def test_the_base_tools_pack_judges_a_pull_request_that_weakens_a_rule(tmp_path)
     stack.write_text(stack.read_text().replace("ssh_cidrs: []", 'ssh_cidrs: ["0.0.0.0/0"]'))
     pack = clone / "policies" / "gpu_guardrails" / "network.py"
     text = pack.read_text()
-    assert "lets the whole internet reach port" in text
-    pack.write_text(text.replace("lets the whole internet reach port", "is fine on port"))
+    assert "lets {who} reach port" in text
+    pack.write_text(text.replace("lets {who} reach port", "is fine on port"))
     run("git", "-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-qam", "open ssh, soften the pack")
     result = subprocess.run([sys.executable, "-m", "gpu_cluster", "review", "--base", "HEAD~1", "--head", str(clone),
                              "--stack", "tencent-entry", "--out", str(tmp_path / "review.md")],

@@ -116,7 +116,8 @@ def test_the_job_fails_on_the_gates_verdict_after_saving_the_review(status, fail
     verdict = names.index(_gate_step(job, "Fail on the gate's verdict")["name"])
     uploads = [i for i, s in enumerate(steps(job)) if str(s.get("uses", "")).startswith("actions/upload-artifact@")]
     assert gate < min(uploads) and max(uploads) < verdict, "the review is saved before the job fails"
-    assert all(steps(job)[i].get("if") == "always()" for i in (gate, verdict, *uploads))
+    assert gate < names.index("make test"), "the gate runs before any step runs the pull request's code"
+    assert all(steps(job)[i].get("if") == "always()" for i in (verdict, *uploads))
     step = _gate_step(job, "Fail on the gate's verdict")
     result = subprocess.run(["bash", "-ec", step["run"]], env={**os.environ, "GATE_STATUS": status},
                             capture_output=True, text=True)
@@ -142,9 +143,8 @@ def _gate_repo(tmp_path: Path) -> tuple[Path, callable]:
 
 
 def _gate(clone: Path, out: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([str(clone / ".github" / "scripts" / "review-gate"), "base", str(out)], cwd=clone,
-                          env={**os.environ, "REVIEW_GATE_PYTHON": sys.executable}, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run([str(clone / ".github" / "scripts" / "review-gate"), "base", str(out), "--python",
+                           sys.executable], cwd=clone, capture_output=True, text=True, timeout=300)
 
 
 def test_the_gate_script_fails_a_user_stack_with_a_mandatory_violation_and_a_broken_file(tmp_path):

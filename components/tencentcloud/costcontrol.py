@@ -101,10 +101,19 @@ def write_package(data: bytes, root: Path = PROJECT) -> str:
     """Write the package once under CODE_DIR; its relative path (what zip_file holds)."""
     rel = CODE_DIR / f"cost-controls-{hashlib.sha256(data).hexdigest()[:16]}.zip"
     path = root / rel
+    # Never through a symbolic link (a pull request can commit build/ as one): each folder, and the file.
+    folder = root
+    for part in rel.parts:
+        folder = folder / part
+        if folder.is_symlink():
+            raise ValueError(f"{folder} is a symbolic link; the cost-controls code package is never written "
+                             f"through one: remove it")
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_bytes(data)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         tmp.replace(path)
     return rel.as_posix()
 

@@ -91,3 +91,21 @@ def public_part(version: int, allowed: list[Interval]) -> list[Interval]:
 
 def reaches_internet(version: int, allowed: list[Interval]) -> bool:
     return not subtract(PUBLIC[version], union(allowed))
+
+
+BROAD_PREFIX = {4: 8, 6: 32}
+"""A source that opens more public addresses than one prefix of this length holds (a /8 of IPv4, a /32 of
+IPv6) is treated as the internet too: no office or VPN range comes near it, and 0.0.0.0/1 or "everything
+but one address" must not pass because a few addresses are left out."""
+
+
+def too_broad(version: int, allowed: list[Interval], prefix: Optional[int] = None) -> bool:
+    """More public addresses among `allowed` than one /BROAD_PREFIX holds (or than /`prefix`)."""
+    bits = 32 if version == 4 else 128
+    limit = 2 ** (bits - (BROAD_PREFIX[version] if prefix is None else prefix))
+    return sum(hi - lo + 1 for lo, hi in public_part(version, allowed)) > limit
+
+
+def open_to_internet(version: int, allowed: list[Interval], prefix: Optional[int] = None) -> bool:
+    """Every public address, or more of them than a /BROAD_PREFIX holds."""
+    return reaches_internet(version, allowed) or too_broad(version, allowed, prefix)

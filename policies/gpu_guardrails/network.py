@@ -488,6 +488,11 @@ def _labels(rules: list[_Rule], urn: str, port: int) -> list[str]:
 def _no_public_ssh(args: Any, report_violation: Any) -> None:
     view = view_of(args.resources)
     ports = [n for n in (as_int(v) for v in config_list(args, "ports")) if n is not None] or EC2_19_PORTS
+    prefix = as_int(config_value(args, "broadIpv4Prefix", cidrs.BROAD_PREFIX[4]))
+
+    def opened(fam: int, ivs: list) -> bool:
+        return cidrs.open_to_internet(fam, ivs, prefix if fam == 4 else None)
+
     groups, direct = _collect(view)
     found: dict[str, dict[str, Any]] = {}  # urn → {"ports": [...], "sources": [...], "with": set()}
     for key, (ordered, rules) in groups.items():
@@ -495,17 +500,19 @@ def _no_public_ssh(args: Any, report_violation: Any) -> None:
         # the whole internet, no port of it is.
         widest = {fam: cidrs.union(iv for r in rules if r.accept and r.sources for f, iv, _ in r.sources if f == fam)
                   for fam in (4, 6)}
-        if not any(ivs and cidrs.reaches_internet(fam, ivs) for fam, ivs in widest.items()):
+        if not any(ivs and opened(fam, ivs) for fam, ivs in widest.items()):
             continue
         for port in ports:
             for fam, per_urn in _judge(ordered, rules, port).items():
                 total = cidrs.union(iv for ivs in per_urn.values() for iv in ivs)
-                if not total or not cidrs.reaches_internet(fam, total):
+                if not total or not opened(fam, total):
                     continue
-                solo = [u for u, ivs in per_urn.items() if cidrs.reaches_internet(fam, ivs)]
+                whole = cidrs.reaches_internet(fam, total)
+                solo = [u for u, ivs in per_urn.items() if opened(fam, ivs)]
                 culprits = solo or [u for u, ivs in per_urn.items() if cidrs.public_part(fam, ivs)]
                 for u in culprits:
-                    entry = found.setdefault(u, {"ports": [], "sources": [], "with": set()})
+                    entry = found.setdefault(u, {"ports": [], "sources": [], "with": set(), "whole": False})
+                    entry["whole"] = entry["whole"] or whole
                     if port not in entry["ports"]:
                         entry["ports"].append(port)
                     entry["sources"] += [s for s in _labels(rules, u, port) if s not in entry["sources"]]
@@ -515,8 +522,9 @@ def _no_public_ssh(args: Any, report_violation: Any) -> None:
         shown = ", ".join(str(p) for p in entry["ports"][:6]) + (" …" if len(entry["ports"]) > 6 else "")
         together = (f" together with {', '.join(repr(short(u)) for u in sorted(entry['with']))}"
                     if entry["with"] else "")
+        who = "the whole internet" if entry["whole"] else f"a public range wider than a /{prefix}"
         report_violation(
-            f"'{short(urn)}' lets the whole internet reach port{'s' if len(entry['ports']) > 1 else ''} {shown} "
+            f"'{short(urn)}' lets {who} reach port{'s' if len(entry['ports']) > 1 else ''} {shown} "
             f"(sources {', '.join(entry['sources'][:6])}{together}); remove that rule and reach the nodes "
             f"through SSM Session Manager / TAT, or allow only named ranges (cluster.network.ssh_cidrs).", urn)
     for urn, why in direct:
@@ -527,8 +535,9 @@ def _no_public_ssh(args: Any, report_violation: Any) -> None:
 
 no_public_ssh = StackValidationPolicy(
     name="no-public-ssh",
-    description="No security group, network ACL or node group lets the whole internet reach SSH, RDP or another "
-                "high-risk administrative port (AWS FSBP EC2.19), over IPv4 or IPv6.",
+    description="No security group, network ACL or node group lets the whole internet (or a public range wider "
+                "than a /8 of IPv4 or a /32 of IPv6) reach SSH, RDP or another high-risk administrative port "
+                "(AWS FSBP EC2.19).",
     enforcement_level=EnforcementLevel.MANDATORY,
     validate=_no_public_ssh,
     config_schema=PolicyConfigSchema(properties={
@@ -536,6 +545,11 @@ no_public_ssh = StackValidationPolicy(
             "type": "array", "items": {"type": "integer", "minimum": 1, "maximum": 65535}, "default": EC2_19_PORTS,
             "description": "Ports that must never be reachable from the whole internet (default: the high-risk "
                            "ports of AWS FSBP control EC2.19).",
+        },
+        "broadIpv4Prefix": {
+            "type": "integer", "minimum": 1, "maximum": 32, "default": 8,
+            "description": "IPv4 sources opening more public addresses than a prefix of this length holds count as "
+                           "the internet.",
         },
     }),
     remediation_steps="Delete the rule, or narrow its source to your VPN or office ranges; on an EKS node group "
