@@ -130,8 +130,7 @@ def test_instance_role_is_least_privilege(sample_plan):
     plan = sample_plan("aws-large")
     attached = sorted(r.inputs["policyArn"] for r in plan.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
                       if "-compute-" in r.name)
-    assert attached == ["arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore",
-                        "arn:aws:iam::aws:policy/CloudWatchAgentServerPolicy"]
+    assert attached == ["arn:aws:iam::aws:policy/CloudWatchAgentServerPolicy"]
     roles = {r.name: r for r in plan.of_type("aws:iam/role:Role")}
     node_role, job_role = roles["llm-large-compute-node-role"], roles["llm-large-compute-job-role"]
     inline = {r.name: json.loads(r.inputs["policy"]) for r in plan.of_type("aws:iam/rolePolicy:RolePolicy")
@@ -147,13 +146,33 @@ def test_instance_role_is_least_privilege(sample_plan):
     # own role, since the metadata service is closed to them).
     assert grants("llm-large-compute-node-role-munge-key", "llm-large-compute-node-role-job-role") == {
         ("secretsmanager:GetSecretValue", secret_arn), ("sts:AssumeRole", job_role.outputs["arn"])}
+    # Session Manager and nothing else of Systems Manager (no parameter reads, no Run Command).
+    assert grants("llm-large-compute-node-role-session-manager") == {
+        (a, "*") for a in ("ssm:UpdateInstanceInformation", "ssmmessages:CreateControlChannel",
+                           "ssmmessages:CreateDataChannel", "ssmmessages:OpenControlChannel",
+                           "ssmmessages:OpenDataChannel")}
     # The jobs' role: the checkpoint bucket only, and only the node role may assume it.
     assert {res for _, res in grants("llm-large-compute-job-role-checkpoints")} == {bucket_arn, bucket_arn + "/*"}
     assert json.loads(job_role.inputs["assumeRolePolicy"])["Statement"] == [
         {"Effect": "Allow", "Principal": {"AWS": node_role.outputs["arn"]}, "Action": "sts:AssumeRole"}]
     assert set(inline) == {"llm-large-compute-node-role-munge-key", "llm-large-compute-node-role-job-role",
-                           "llm-large-compute-job-role-checkpoints"}
+                           "llm-large-compute-job-role-checkpoints", "llm-large-compute-node-role-session-manager"}
     assert not [a for a, _ in grants(*inline) if "*" in a]
+
+
+def test_no_role_of_any_aws_sample_reads_every_ssm_parameter(sample_plan):
+    """AmazonSSMManagedInstanceCore let every process on a node read any SSM parameter of the account
+    (ssm:GetParameter(s) on *); no role of the program may attach it or grant that."""
+    for stack in ("aws-entry", "aws-mid", "aws-large", "aws-reserved", "aws-scheduled"):
+        plan = sample_plan(stack)
+        attached = [r.inputs["policyArn"] for r in plan.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")]
+        assert not [a for a in attached if "AmazonSSMManagedInstanceCore" in a or a.endswith("AmazonSSMFullAccess")]
+        for r in plan.of_type("aws:iam/rolePolicy:RolePolicy"):
+            for statement in json.loads(r.inputs["policy"])["Statement"]:
+                actions = [statement["Action"]] if isinstance(statement["Action"], str) else statement["Action"]
+                resources = [statement["Resource"]] if isinstance(statement["Resource"], str) else statement["Resource"]
+                if "*" in resources:
+                    assert not [a for a in actions if a.startswith(("ssm:GetParameter", "ssm:*"))], (stack, r.name)
 
 
 def test_every_aws_slurm_node_closes_the_metadata_service_to_jobs(sample_plan):

@@ -275,7 +275,7 @@ def test_aws_nodes_may_only_read_the_secret_and_the_head_node_may_also_store_it(
                                 if r.name.endswith("-head-profile")).outputs["name"]
     attached = sorted(r.inputs["policyArn"].rsplit("/", 1)[-1]
                       for r in plan.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment") if "-head-role-" in r.name)
-    assert attached == ["AmazonSSMManagedInstanceCore", "CloudWatchAgentServerPolicy"]
+    assert attached == ["CloudWatchAgentServerPolicy"]
 
 
 def test_tencent_nodes_may_only_read_the_secret_through_their_instance_role(slurm_plan):
@@ -408,7 +408,7 @@ def test_scheduler_none_renders_no_head_node_no_secret_and_no_slurm(stack):
 def test_scheduler_none_leaves_the_gpu_nodes_as_they_were_and_drops_the_head_node_resources():
     with_slurm, without = render_plan("aws-entry"), render_plan("aws-entry", {"scheduler": "none"})
     added = {r.name for r in with_slurm.custom()} - {r.name for r in without.custom()}
-    assert added == {"ml-entry-head-munge-key", "ml-entry-head-role", "ml-entry-head-role-ssm",
+    assert added == {"ml-entry-head-munge-key", "ml-entry-head-role", "ml-entry-head-role-session-manager",
                      "ml-entry-head-role-cloudwatch", "ml-entry-head-role-munge-key", "ml-entry-head-profile",
                      "ml-entry-head-instance", "ml-entry-head-data-attachment", "ml-entry-storage-head-data",
                      "ml-entry-compute-node-role-munge-key", "ml-entry-monitoring-node-0-unhealthy",

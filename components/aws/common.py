@@ -39,6 +39,23 @@ def assume_role_policy(service: str, source_account: Optional[pulumi.Input[str]]
     return policy_output([{**statement, "Condition": condition}])
 
 
+SESSION_MANAGER_ACTIONS = ("ssm:UpdateInstanceInformation", "ssmmessages:CreateControlChannel",
+                           "ssmmessages:CreateDataChannel", "ssmmessages:OpenControlChannel",
+                           "ssmmessages:OpenDataChannel")
+"""What an instance needs for Session Manager and nothing more: the agent registers itself and opens the
+session channels (Systems Manager user guide, "Create a custom IAM role for Session Manager"; the same
+five actions as AWS's managed policy AWSCloud9SSMInstanceProfile). Instead of AmazonSSMManagedInstanceCore,
+which also lets every process on the node read any SSM parameter of the account (ssm:GetParameter(s) on
+*) and take Run Command messages (ec2messages:*): neither is used here. The APIs take no resource-level
+permission for these actions (Service Authorization Reference, Systems Manager and Session Manager
+message gateway service), so `*` is the only resource."""
+
+
+def session_manager_policy() -> str:
+    return policy_document([{"Sid": "SessionManager", "Effect": "Allow", "Action": list(SESSION_MANAGER_ACTIONS),
+                             "Resource": "*"}])
+
+
 def policy_document(statements: list[dict[str, Any]]) -> str:
     """An IAM policy document as JSON; built with json.dumps so it needs no lookup at deploy time."""
     return json.dumps({"Version": "2012-10-17", "Statement": statements})

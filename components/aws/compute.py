@@ -22,7 +22,8 @@ from typing import Literal, Mapping, Optional, Sequence
 import pulumi
 import pulumi_aws as aws
 
-from components.aws.common import assume_role_policy, aws_managed_policy, policy_output, tagged, zone_offered
+from components.aws.common import (assume_role_policy, aws_managed_policy, policy_output, session_manager_policy,
+                                   tagged, zone_offered)
 from components.catalog import Shape
 from components.aws.boot import DATA_VOLUME_TAG, boot_config
 from components.aws.head import munge_policy
@@ -373,7 +374,7 @@ class Compute(pulumi.ComponentResource):
 
     def _instance_role(self, name: str, args: ComputeArgs,
                        child: pulumi.ResourceOptions) -> tuple[aws.iam.Role, aws.iam.InstanceProfile]:
-        """Least privilege: SSM core (sessions, no SSH keys), the CloudWatch agent, and with Slurm reading
+        """Least privilege: Session Manager (sessions, no SSH keys), the CloudWatch agent, and with Slurm reading
         (only reading) the munge-key secret. The checkpoint bucket: on the node role without Slurm; with
         Slurm the metadata service is closed to jobs (components/slurm metadata-guard), so the bucket is
         the jobs' own role's (self.job_role_arn), which only the node role may assume."""
@@ -385,9 +386,12 @@ class Compute(pulumi.ComponentResource):
         # iam-roles-for-amazon-ec2.html). The service roles carry them (components/aws/common.py).
         role = aws.iam.Role(role_name, assume_role_policy=assume_role_policy("ec2.amazonaws.com"),
                             description=f"GPU nodes of {args.cluster_name}", tags=tagged(args.tags, role_name), opts=child)
-        for suffix, policy in (("ssm", "AmazonSSMManagedInstanceCore"), ("cloudwatch", "CloudWatchAgentServerPolicy")):
-            aws.iam.RolePolicyAttachment(f"{name}-node-role-{suffix}", role=role.name,
-                                         policy_arn=aws_managed_policy(args.partition, policy), opts=child)
+        # Session Manager only (common.SESSION_MANAGER_ACTIONS), and the CloudWatch agent.
+        aws.iam.RolePolicy(f"{name}-node-role-session-manager", role=role.id, policy=session_manager_policy(),
+                           opts=child)
+        aws.iam.RolePolicyAttachment(f"{name}-node-role-cloudwatch", role=role.name,
+                                     policy_arn=aws_managed_policy(args.partition, "CloudWatchAgentServerPolicy"),
+                                     opts=child)
         grants = []
         if args.munge_secret_arn is not None:
             grants.append(aws.iam.RolePolicy(f"{name}-node-role-munge-key", role=role.id,

@@ -27,7 +27,8 @@ import pulumi_aws as aws
 
 from components.aws.boot import (APT_LOCK_WAIT_S, DATA_SERIAL_FROM_IMDS, DATA_VOLUME_TAG, EBS_MODEL,
                                  lustre_mount)
-from components.aws.common import assume_role_policy, aws_managed_policy, policy_output, tagged, zone_offered
+from components.aws.common import (assume_role_policy, aws_managed_policy, policy_output, session_manager_policy,
+                                   tagged, zone_offered)
 from components.cloudinit import DataDisk, encode, render, size_problem
 from components.headnode import HEAD_INSTANCE_TYPES, HEAD_ROLE, ROLE_TAG
 from components.slurm import SlurmCluster, head_boot_config
@@ -149,16 +150,19 @@ class Head(pulumi.ComponentResource):
 
     def _role(self, name: str, args: HeadArgs, secret_arn: pulumi.Output[str],
               child: pulumi.ResourceOptions) -> aws.iam.InstanceProfile:
-        """SSM core (sessions, no SSH keys), the CloudWatch agent policy the GPU nodes have
+        """Session Manager (sessions, no SSH keys), the CloudWatch agent policy the GPU nodes have
         (PutMetricData), and the munge-key secret: read it, and store the key the first time."""
         role_name = f"{name}-role"
         # An instance role: no confused-deputy condition, as on the GPU nodes' (components/aws/compute.py).
         role = aws.iam.Role(role_name, assume_role_policy=assume_role_policy("ec2.amazonaws.com"),
                             description=f"Slurm head node of {args.cluster_name}",
                             tags=tagged(args.tags, role_name), opts=child)
-        for suffix, policy in (("ssm", "AmazonSSMManagedInstanceCore"), ("cloudwatch", "CloudWatchAgentServerPolicy")):
-            aws.iam.RolePolicyAttachment(f"{name}-role-{suffix}", role=role.name,
-                                         policy_arn=aws_managed_policy(args.partition, policy), opts=child)
+        # Session Manager only (common.SESSION_MANAGER_ACTIONS), and the CloudWatch agent.
+        aws.iam.RolePolicy(f"{name}-role-session-manager", role=role.id, policy=session_manager_policy(),
+                           opts=child)
+        aws.iam.RolePolicyAttachment(f"{name}-role-cloudwatch", role=role.name,
+                                     policy_arn=aws_managed_policy(args.partition, "CloudWatchAgentServerPolicy"),
+                                     opts=child)
         grant = aws.iam.RolePolicy(f"{name}-role-munge-key", role=role.id,
                                    policy=munge_policy(secret_arn, write=True), opts=child)
         profile_name = f"{name}-profile"
