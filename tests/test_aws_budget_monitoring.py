@@ -115,3 +115,31 @@ def test_nothing_sends_to_the_alert_topic_before_its_policy_lets_it(sample_plan)
                                          "aws:cloudwatch/metricAlarm:MetricAlarm"}
     for r in senders:
         assert policy.urn in r.dependencies, r.name
+
+
+def test_a_dead_agent_is_reported_where_the_idle_alarm_is_silenced(sample_plan):
+    """Cost-controlled stacks silence the idle alarm's 'no data' (a stopped node sends nothing), so a node
+    that runs without its CloudWatch agent has an alarm of its own: EC2 reports its CPU (it runs) while the
+    agent sends no GPU metric."""
+    for stack in ("aws-entry", "aws-scheduled"):  # idle stop by default / run windows
+        plan = sample_plan(stack)
+        topic = plan.one(TOPIC).outputs["arn"]
+        node_ids = sorted(r.id for r in gpu_nodes(plan, "aws:ec2/instance:Instance"))
+        silent = [r.inputs for r in plan.of_type(ALARM) if r.name.endswith("-agent-silent")]
+        assert sorted(q["metric"]["dimensions"]["InstanceId"] for a in silent for q in a["metricQueries"]
+                      if q.get("metric") and q["metric"]["namespace"] == "AWS/EC2") == node_ids, stack
+        for a in silent:
+            queries = {q["id"]: q for q in a["metricQueries"]}
+            assert queries["silent"]["expression"] == "IF(FILL(cpu, 0) > 0 AND FILL(gpu, 0) == 0, 1, 0)"
+            assert queries["cpu"]["metric"]["metricName"] == "CPUUtilization"
+            assert queries["gpu"]["metric"]["metricName"] == "nvidia_smi_utilization_gpu"
+            assert a["alarmActions"] == [topic] and a["treatMissingData"] == "notBreaching"
+    # Without cost controls the idle alarm itself reports missing data: no second alarm.
+    assert not [r for r in sample_plan("aws-large").of_type(ALARM) if r.name.endswith("-agent-silent")]
+
+
+def test_the_head_nodes_root_volume_carries_the_cluster_tags(sample_plan):
+    """The budget filters on the cluster's tag: an untagged root volume would be left out of it."""
+    for stack in ("aws-entry", "aws-large"):
+        root = head_node(sample_plan(stack), "aws:ec2/instance:Instance").inputs["rootBlockDevice"]
+        assert root["tags"]["gpu-cluster:name"] and root["tags"]["Name"].endswith("-head-root")

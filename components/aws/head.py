@@ -123,8 +123,10 @@ class Head(pulumi.ComponentResource):
             metadata_options=aws.ec2.InstanceMetadataOptionsArgs(
                 http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=1,
                 instance_metadata_tags="enabled"),
+            # Tagged like everything else of the cluster, so the budget's tag filter counts it.
             root_block_device=aws.ec2.InstanceRootBlockDeviceArgs(
-                volume_size=HEAD_ROOT_GB, volume_type="gp3", encrypted=True, delete_on_termination=True),
+                volume_size=HEAD_ROOT_GB, volume_type="gp3", encrypted=True, delete_on_termination=True,
+                tags=tagged(args.tags, f"{name}-root")),
             user_data_base64=user_data,
             user_data_replace_on_change=True,
             # The provider lifts the flag itself before a planned replacement or destroy

@@ -33,6 +33,21 @@ HOT_ABOVE_C = 85
 METRICS_INTERVAL_S = 60
 
 
+def _agent_silent_queries(node: dict) -> list:
+    """1 for every 5 minutes in which the instance reports its CPU (EC2 sends it only while the instance
+    runs) and the agent no GPU utilisation; 0 otherwise."""
+    def metric(id_: str, namespace: str, name: str) -> aws.cloudwatch.MetricAlarmMetricQueryArgs:
+        return aws.cloudwatch.MetricAlarmMetricQueryArgs(
+            id=id_, return_data=False,
+            metric=aws.cloudwatch.MetricAlarmMetricQueryMetricArgs(
+                namespace=namespace, metric_name=name, dimensions=node, period=300, stat="SampleCount"))
+
+    return [metric("cpu", "AWS/EC2", "CPUUtilization"), metric("gpu", NAMESPACE, GPU_UTILISATION),
+            aws.cloudwatch.MetricAlarmMetricQueryArgs(
+                id="silent", return_data=True, label="running without GPU metrics",
+                expression="IF(FILL(cpu, 0) > 0 AND FILL(gpu, 0) == 0, 1, 0)")]
+
+
 def agent_config() -> str:
     """The CloudWatch agent configuration (JSON) the nodes fetch from SSM at boot."""
     return json.dumps({
@@ -116,6 +131,17 @@ class Monitoring(pulumi.ComponentResource):
                   period=60, evaluation_periods=3, threshold=1,
                   comparison_operator="GreaterThanOrEqualToThreshold",
                   treat_missing_data="notBreaching" if args.stopped_by_controls else "missing")
+            if args.stopped_by_controls:
+                # The idle alarm's INSUFFICIENT_DATA is silenced here (a stopped node sends nothing), so a dead
+                # CloudWatch agent on a running node would go unreported. This alarm fires when the instance
+                # reports its own CPU (it is running) but the agent sends no GPU metric, for 15 minutes
+                # (CloudWatch user guide, "Metric math syntax and functions": FILL, IF, AND).
+                alarm(f"{name}-node-{i}-agent-silent",
+                      alarm_description=f"{name} node {i} runs but its CloudWatch agent sends no GPU metrics for 15 "
+                                        f"min: idle stop and the GPU alarms are blind until it does",
+                      metric_queries=_agent_silent_queries(node),
+                      evaluation_periods=3, threshold=1, comparison_operator="GreaterThanOrEqualToThreshold",
+                      treat_missing_data="notBreaching")
             if args.health is not None:
                 # The check runs at boot and whenever node-health.sbatch runs, so data is sparse: only a
                 # published 0 alarms; no data is nothing to report (the status alarm covers a dead node).
