@@ -77,3 +77,39 @@ def test_only_aws_mid_carries_the_no_4xa100_note():
 def test_shape_outside_tier_names_the_allowed_types():
     with pytest.raises(tiers.TierError, match=r"does not fit tier mid .* allows: p4d.24xlarge, p4de.24xlarge"):
         tiers.resolve("aws", "mid", "g5.12xlarge")
+
+
+def _one_node_plan(shape, region: str):
+    from gpu_cluster.plan import Plan
+
+    node = ({"type": "aws:ec2/instance:Instance", "inputs": {"instanceType": shape.type}} if shape.cloud == "aws" else
+            {"type": "tencentcloud:Instance/instance:Instance",
+             "inputs": {"instanceType": shape.type, "instanceChargeType": "POSTPAID_BY_HOUR"}})
+    resources = [{"urn": f"urn:pulumi:s::p::pulumi:providers:{shape.cloud}::default", "custom": True,
+                  "type": f"pulumi:providers:{shape.cloud}", "inputs": {"region": region}},
+                 {"urn": f"urn:pulumi:s::p::{node['type']}::node-0", "custom": True, "id": "i-0", **node}]
+    return Plan.from_doc({"version": 3, "deployment": {"resources": resources}})
+
+
+def test_catalog_prices_every_shape_in_every_region_as_plan_does():
+    """`catalog` and `plan` are one model of a price: for every shape, in every region it is priced or
+    sold in, the catalog's hourly price is the unit price plan gives a node of it (value, currency,
+    estimate flag), or both say it is unpriced."""
+    from gpu_cluster.commands.catalog import collect, unit_price
+    from gpu_cluster.pricing import price_plan
+    from gpu_cluster.prices import load_book
+
+    book = load_book()
+    checked = 0
+    for cloud in catalog.CLOUDS:
+        for shape in catalog.shapes(cloud).values():
+            regions = {shape.price_region or catalog.prices(cloud).get("region"), *catalog.sold_regions(shape)}
+            for region in sorted(r for r in regions if r):
+                row = next(r for r in collect(cloud, None, region)["shapes"] if r["type"] == shape.type) \
+                    if catalog.sold_in(shape, region) else None
+                price = row["price"] if row else unit_price(shape, region, book)
+                [line] = [i for i in price_plan(_one_node_plan(shape, region), book).items if "GPU node" in i.item]
+                assert price["hourly"] == line.unit_price and price["estimate"] == line.estimate, (shape.type, region)
+                assert price["currency"] == price_plan(_one_node_plan(shape, region), book).currency
+                checked += 1
+    assert checked > 40

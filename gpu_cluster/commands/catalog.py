@@ -26,7 +26,25 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def shape_row(shape: Any, tiers_of: list[str]) -> dict[str, Any]:
+def unit_price(shape: Any, region: Optional[str], book: Any = None) -> dict[str, Any]:
+    """A shape's on-demand hourly price in `region` (default: the region its catalog price is for, else the
+    cloud's price region) as `plan` prices a node of it: the same price book (price file → cache →
+    catalog) and the same Pricer.unit, in the currency of the cloud's totals."""
+    from components import catalog
+    from gpu_cluster.bills import bill_of
+    from gpu_cluster.prices import load_book
+    from gpu_cluster.pricing import Pricer
+
+    region = region or shape.price_region or catalog.prices(shape.cloud).get("region")
+    bill = bill_of(shape.cloud)
+    value, meta = Pricer(book if book is not None else load_book(), shape.cloud, bill.currency, region).unit(
+        "instance", shape.type)
+    return {"hourly": value, "currency": bill.currency, "region": region, "source": [meta.get("source", "")],
+            "origin": meta.get("origin", ""), "as_of": meta.get("as_of", ""), "estimate": bool(meta.get("estimate")),
+            "note": meta.get("note", "")}
+
+
+def shape_row(shape: Any, tiers_of: list[str], region: Optional[str] = None, book: Any = None) -> dict[str, Any]:
     from components import catalog
 
     return {
@@ -38,8 +56,7 @@ def shape_row(shape: Any, tiers_of: list[str]) -> dict[str, Any]:
         "network_gbps": shape.network_gbps,
         "regions": list(shape.regions) or list(catalog.sold_regions(shape)),
         "zones": list(shape.zones),
-        "price": {"hourly": shape.price_hourly, "currency": shape.currency, "region": shape.price_region,
-                  "source": list(catalog.source_labels(shape.source)), "as_of": shape.as_of.isoformat()},
+        "price": unit_price(shape, region, book),
         "unconfirmed": list(shape.unconfirmed),
         "note": shape.note,
     }
@@ -55,6 +72,9 @@ def collect(cloud: Optional[str], tier: Optional[str], region: Optional[str]) ->
         if cloud is not None and cloud not in clouds:
             raise UserError(f"--region {region!r} is not a {cloud} region")
     chosen = [c for c in catalog.CLOUDS if c == cloud or cloud is None]
+    from gpu_cluster.prices import load_book
+
+    book = load_book()
     out_tiers = []
     for name in tiers.TIERS:
         if tier is not None and name != tier:
@@ -73,7 +93,7 @@ def collect(cloud: Optional[str], tier: Optional[str], region: Optional[str]) ->
                 continue
             if region is not None and not catalog.sold_in(shape, region):
                 continue
-            shapes.append(shape_row(shape, member))
+            shapes.append(shape_row(shape, member, region, book))
     return {"tiers": out_tiers, "shapes": shapes}
 
 
@@ -88,7 +108,7 @@ def _price(row: dict) -> str:
     if p["hourly"] is None:
         return "unpriced"
     where = f" ({p['region']})" if p["region"] else ""
-    return f"{p['hourly']:,.4g} {p['currency']}/h{where}"
+    return f"{p['hourly']:,.4g} {p['currency']}/h{where}" + (" est." if p["estimate"] else "")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -102,10 +122,10 @@ def run(args: argparse.Namespace) -> int:
                "; ".join(f"{c}: {', '.join(s) or '—'}" for c, s in t["shapes"].items())] for t in data["tiers"]],
              title="tiers")
     ui.table(["cloud", "type", "tiers", "GPUs", "GPU mem", "interconnect", "RDMA/EFA", "NVMe", "sold in", "price",
-              "source (as of)"],
+              "priced from (as of)"],
              [[r["cloud"], r["type"], ", ".join(r["tiers"]) or "—", f"{r['gpus']}×{r['gpu']}", f"{r['gpu_mem_gib']} GiB",
                r["interconnect"], _rdma(r), _nvme(r), _where(r), _price(r),
-               f"{', '.join(s.split(': ', 1)[0] for s in r['price']['source'])} ({r['price']['as_of']})"]
+               f"{r['price']['origin'] or '—'} ({r['price']['as_of'] or 'no price'})"]
               for r in data["shapes"]],
              title="shapes", right=("GPUs", "GPU mem"))
     unconfirmed = [r for r in data["shapes"] if r["unconfirmed"]]
