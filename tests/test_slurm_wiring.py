@@ -301,7 +301,7 @@ def test_aws_alarms_on_a_failed_health_check_per_node_and_on_the_head_node(slurm
     plan = slurm_plan("aws-large")
     topic = plan.one("aws:sns/topic:Topic").outputs["arn"]
     nodes = sorted(gpu_nodes(plan, AWS_INSTANCE), key=lambda r: r.name)
-    health = sorted((a.inputs for a in plan.of_type(ALARM) if a.inputs["metricName"] == "NodeHealthy"),
+    health = sorted((a.inputs for a in plan.of_type(ALARM) if a.inputs.get("metricName") == "NodeHealthy"),
                     key=lambda a: a["dimensions"]["NodeName"])
     assert [a["dimensions"] for a in health] == [
         {"ClusterName": "llm-large", "NodeName": f"llm-large-node-{i}", "InstanceId": n.id} for i, n in enumerate(nodes)]
@@ -310,7 +310,7 @@ def test_aws_alarms_on_a_failed_health_check_per_node_and_on_the_head_node(slurm
             "GpuCluster", "LessThanThreshold", 1, "Minimum")
         assert a["alarmActions"] == [topic] and a["treatMissingData"] == "notBreaching"
     head = head_node(plan, AWS_INSTANCE).id
-    assert [a.inputs["metricName"] for a in plan.of_type(ALARM) if a.inputs["dimensions"] == {"InstanceId": head}] == [
+    assert [a.inputs["metricName"] for a in plan.of_type(ALARM) if a.inputs.get("dimensions") == {"InstanceId": head}] == [
         "StatusCheckFailed"]
 
 
@@ -396,7 +396,7 @@ def test_scheduler_none_renders_no_head_node_no_secret_and_no_slurm(stack):
         assert "slurmd" not in load_yaml(document).get("packages", [])
         assert not [p for p in files(document) if p.startswith("/opt/gpu-cluster/") or "slurm" in p]
     assert not {"head_node_id", "head_address", "munge_secret", "connect_head", "submit_job"} & set(plan.stack.outputs)
-    assert not [a for a in plan.of_type(ALARM) if a.inputs["metricName"] == "NodeHealthy"]
+    assert not [a for a in plan.of_type(ALARM) if a.inputs.get("metricName") == "NodeHealthy"]
     if cloud(stack) == "tencentcloud":
         assert not [r for r in plan.of_type("tencentcloud:Cam/role:Role") if not r.name.endswith("-cost-controls-role")]
         assert all("camRoleName" not in n.inputs for n in plan.of_type(TC_INSTANCE))
