@@ -78,6 +78,23 @@ class CloudProfile:
     def filled_network(self, network: "Network") -> "Network":
         return network
 
+    # ---- sizing a cluster for a workload (gpu_cluster/recommend.py) ---------------------------------
+    def lustre_regions(self) -> Optional[tuple[str, ...]]:
+        """Regions that sell the parallel file system; None: every region of the cloud."""
+        return None
+
+    def lustre_size_at_least(self, tier_gib: int, throughput_per_tib: int, want_gib: float) -> int:
+        """The smallest valid file-system size that is at least the tier's and `want_gib`."""
+        raise NotImplementedError
+
+    def default_zone(self, region: str) -> str:
+        """A zone of `region` to place a shape whose zones the catalog does not record."""
+        raise NotImplementedError
+
+    def capacity_block_regions(self, shape: "Shape") -> tuple[str, ...]:
+        """Regions that sell `shape` in capacity blocks (EC2 Capacity Blocks for ML); () when none."""
+        return ()
+
     # ---- what the plan says, where things are, building ---------------------------------------------
     def notes(self, spec: "ClusterSpec", shape: "Shape") -> list[str]:
         """What the cloud makes of a filled-in spec, said aloud."""

@@ -45,12 +45,12 @@ from __future__ import annotations
 
 import datetime
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Optional
 
 from components import catalog, tiers
 from components.catalog import Shape
-from gpu_cluster.plan import Plan
 from gpu_cluster.prices import PriceBook
 from gpu_cluster.workload import Workload
 
@@ -102,6 +102,8 @@ class Candidate:
     """capacity_block: the length of the block bought, hours (paid in full)."""
     estimated_price: str = ""
     """When the node price is an estimate (another region's, an unconfirmed copy): the price's date."""
+    items: list[dict] = field(default_factory=list)
+    """The priced items of the stack it would write, as `plan` prices them (LineItem fields)."""
 
     @property
     def fits_memory(self) -> bool:
@@ -117,7 +119,7 @@ class Candidate:
             out.append("memory")
         if not self.meets_time:
             out.append("time")
-        if self.within_budget is not True:
+        if self.within_budget is not True and self.fits_memory:
             out.append("budget" if self.within_budget is False else "price")
         return out
 
@@ -131,7 +133,7 @@ class Candidate:
                 "monthly_cost": None if self.monthly_cost is None else round(self.monthly_cost, 2),
                 "block_hours": self.block_hours, "node_price_estimate_as_of": self.estimated_price or None,
                 "within_budget": self.within_budget, "unpriced": self.unpriced, "why": self.why,
-                "failed": self.failures()}
+                "failed": self.failures(), "items": self.items}
 
 
 @dataclass
@@ -216,10 +218,12 @@ def _placement(cloud: str, shape: Shape, allowed: Optional[tuple[str, ...]], lus
                within: Optional[tuple[str, ...]] = None) -> Optional[tuple[str, str]]:
     """(region, zone) for a shape, or None when it is not sold in an allowed region; `within` narrows
     the regions to those where a purchase option is sold (a Capacity Block's regions)."""
+    from components.clouds import profile
+
     sold = catalog.sold_regions(shape)
-    if cloud == "tencentcloud" and lustre:
-        turbo = catalog.limit("tencentcloud", "cfs_turbo_regions")
-        sold = tuple(r for r in sold if r in turbo) if sold else tuple(turbo)
+    lustre_regions = profile(cloud).lustre_regions() if lustre else None
+    if lustre_regions is not None:
+        sold = tuple(r for r in sold if r in lustre_regions) if sold else lustre_regions
     if within is not None:
         sold = tuple(r for r in (sold or within) if r in within)
         if not sold:
@@ -234,7 +238,7 @@ def _placement(cloud: str, shape: Shape, allowed: Optional[tuple[str, ...]], lus
         return None
     region = regions[0]
     zones = [z for z in shape.zones if catalog.region_of_zone(cloud, z) == region]
-    zone = zones[0] if zones else (f"{region}a" if cloud == "aws" else f"{region}-5")
+    zone = zones[0] if zones else profile(cloud).default_zone(region)
     return region, zone
 
 
@@ -244,20 +248,10 @@ def _valid_lustre(cloud: str, tier: str, want_gib: float) -> Optional[dict]:
     cap = d.lustre_capacity_gib[cloud]
     if not cap:
         return None
-    tput = d.lustre_throughput_per_tib[cloud]
-    if cloud == "aws":
-        inc = catalog.limit("aws", "fsx_lustre_persistent2_capacity_gib")
-        sizes = list(inc["first"])
-        while sizes[-1] < max(cap, want_gib):
-            sizes.append(sizes[-1] + inc["step"])
-    else:
-        from components.tencentcloud.profile import turbo_type as tencent_turbo_type
+    from components.clouds import profile
 
-        row = catalog.limit("tencentcloud", "cfs_turbo")[tencent_turbo_type(tput)]
-        sizes = [max(cap, row["min_gib"])]
-        while sizes[-1] < want_gib:
-            sizes.append(sizes[-1] + row["step_gib"])
-    size = next(s for s in sizes if s >= max(cap, want_gib))
+    tput = d.lustre_throughput_per_tib[cloud]
+    size = profile(cloud).lustre_size_at_least(cap, tput, want_gib)
     return {"capacity_gib": int(size), "throughput_per_tib": int(tput)}
 
 
@@ -269,61 +263,39 @@ def _storage(w: Workload, cloud: str, tier: str) -> dict:
     return {"root_gb": d.root_gb, "data_disk_gb": disk, "lustre": lustre}
 
 
-def _synthetic_plan(cloud: str, region: str, shape: Shape, nodes: int, purchase: str, storage: dict,
-                    block_hours: Optional[int] = None) -> Plan:
-    """The priced resources of a candidate's stack, in plan form, for the pricer."""
-    from gpu_cluster.bills.aws import BLOCK_HOURS_TAG
+_PRICED: dict[str, Any] = {}
+"""Priced renders by stack document, for this process: the same candidate is rendered once."""
 
-    res: list[dict] = [{"urn": f"urn:pulumi:r::p::pulumi:providers:{cloud}::default", "type": f"pulumi:providers:{cloud}",
-                        "custom": True, "inputs": {"region": region}}]
 
-    def add(type_: str, name: str, **inputs: Any) -> None:
-        res.append({"urn": f"urn:pulumi:r::p::{type_}::{name}", "type": type_, "custom": True, "id": name,
-                    "inputs": inputs})
+def priced_render(w: Workload, c: "Candidate", book: PriceBook, rate: Any) -> Any:
+    """The monthly cost of the stack `c` would be written as, priced from what `plan` renders of it: the
+    same program under the offline engine, the same bill and price book. One model of the cluster: the
+    recommendation's items are the plan's items."""
+    import json as _json
 
-    if cloud == "aws":
-        add("aws:ec2/launchTemplate:LaunchTemplate", "lt", instanceType=shape.type,
-            blockDeviceMappings=[{"deviceName": "/dev/sda1", "ebs": {"volumeSize": storage["root_gb"], "volumeType": "gp3"}}])
-        for i in range(nodes):
-            spot = purchase == "spot" or (purchase == "mixed" and i > 0)
-            extra: dict[str, Any] = {"instanceMarketOptions": {"marketType": "spot"}} if spot else {}
-            if purchase == "capacity_block":
-                extra = {"instanceMarketOptions": {"marketType": "capacity-block"},
-                         "tags": {BLOCK_HOURS_TAG: str(block_hours)}}
-            add("aws:ec2/instance:Instance", f"node-{i}", launchTemplate={"id": "lt"}, **extra)
-            if storage["data_disk_gb"]:
-                add("aws:ebs/volume:Volume", f"data-{i}", size=storage["data_disk_gb"], type="gp3")
-        if storage["lustre"]:
-            add("aws:fsx/lustreFileSystem:LustreFileSystem", "lustre", storageCapacity=storage["lustre"]["capacity_gib"],
-                perUnitStorageThroughput=storage["lustre"]["throughput_per_tib"])
-        add("aws:ec2/natGateway:NatGateway", "nat")
-        # The Slurm head node every AWS stack file it writes gets (scheduler: slurm by default there).
-        from components.aws.head import HEAD_ROOT_GB
-        from components.headnode import HEAD_DATA_GB, HEAD_INSTANCE_TYPES, HEAD_ROLE, ROLE_TAG
+    from gpu_cluster.plan import Plan
+    from gpu_cluster.pricing import price_plan
+    from gpu_cluster.render import StackFile, render
 
-        add("aws:ec2/instance:Instance", "head", instanceType=HEAD_INSTANCE_TYPES["aws"], tags={ROLE_TAG: HEAD_ROLE},
-            rootBlockDevice={"volumeSize": HEAD_ROOT_GB, "volumeType": "gp3"})
-        add("aws:ebs/volume:Volume", "head-data", size=HEAD_DATA_GB, type="gp3")
-    else:
-        from components.tencentcloud.profile import turbo_type as tencent_turbo_type
+    doc = candidate_document(w, rate, c, (PRICING_EMAIL,), priced_only=True)
+    key = _json.dumps(doc, sort_keys=True) + "|" + repr(book.describe())
+    if key not in _PRICED:
+        config = doc["config"]
+        stack_file = StackFile(stack=w.name, path=Path(f"(recommended {c.cloud} {c.shape.type})"), config=config)
+        _PRICED[key] = price_plan(Plan.from_doc(render(stack_file).plan()), book)
+    return _PRICED[key]
 
-        system = "LOCAL_BASIC" if shape.hpc else "CLOUD_HSSD"
-        for i in range(nodes):
-            add("tencentcloud:Instance/instance:Instance", f"node-{i}", instanceType=shape.type,
-                instanceChargeType="POSTPAID_BY_HOUR", systemDiskType=system, systemDiskSize=storage["root_gb"])
-            if storage["data_disk_gb"]:
-                add("tencentcloud:Cbs/storage:Storage", f"data-{i}", storageType="CLOUD_HSSD",
-                    storageSize=storage["data_disk_gb"])
-        if storage["lustre"]:
-            add("tencentcloud:Cfs/fileSystem:FileSystem", "lustre", capacity=storage["lustre"]["capacity_gib"],
-                storageType=tencent_turbo_type(storage["lustre"]["throughput_per_tib"]))
-        add("tencentcloud:Nat/gateway:Gateway", "nat")
-    return Plan.from_doc({"version": 3, "deployment": {"resources": res}})
+
+PRICING_EMAIL = "budget-alerts@example.com"
+"""The budget address of the document a candidate is priced from (no price depends on it); the stack
+file `--write-stack` writes carries the addresses given to it."""
 
 
 def _block_regions(cloud: str, shape: Shape) -> tuple[str, ...]:
-    """The regions that sell `shape` in Capacity Blocks (catalog limits `capacity_block`)."""
-    return tuple(catalog.limit("aws", "capacity_block")["offered"].get(shape.type, ())) if cloud == "aws" else ()
+    """The regions that sell `shape` in capacity blocks (the cloud's profile)."""
+    from components.clouds import profile
+
+    return profile(cloud).capacity_block_regions(shape)
 
 
 def _purchases(w: Workload, cloud: str, shape: Shape, book: PriceBook) -> list[str]:
@@ -354,9 +326,32 @@ def _block_pick(lo: int, hi: int, fits: Any, hours: Any, target: Optional[float]
     return min(picks)[1:] if picks else None
 
 
-def recommend(w: Workload, book: PriceBook) -> Recommendation:
-    from gpu_cluster.pricing import price_plan
+def _cost(c: "Candidate", cost: Any, rate: Any, currency: str, limit: float) -> None:
+    """A candidate's run and monthly cost from its plan's priced items. GPU node lines are what runs: on
+    demand they are priced for the month (730 h) and scale to the hours it runs; a Capacity Block's lines
+    are the whole block, paid in the month it is bought. Everything else is fixed for the month."""
+    c.items = [asdict(i) for i in cost.items]
+    c.cost_currency = cost.currency
+    nodes_lines = [i for i in cost.items if i.item.startswith("GPU node")]
+    c.node_month = None if any(i.monthly is None for i in nodes_lines) else sum(i.monthly for i in nodes_lines)
+    c.fixed_month = sum(i.monthly for i in cost.items if i.monthly is not None and i not in nodes_lines)
+    c.unpriced = [i.item for i in cost.unpriced]
+    c.estimated_price = next((i.as_of or "undated" for i in nodes_lines if i.estimate), "")
+    if c.node_month is None:
+        return
+    if c.block_hours:
+        run = c.node_month + c.fixed_month * min(c.block_hours, HOURS_PER_MONTH) / HOURS_PER_MONTH
+        month = c.node_month + c.fixed_month
+    else:
+        hourly = c.node_month / HOURS_PER_MONTH
+        run = hourly * c.hours + c.fixed_month * min(c.hours, HOURS_PER_MONTH) / HOURS_PER_MONTH
+        month = hourly * min(c.hours, HOURS_PER_MONTH) + c.fixed_month
+    c.run_cost = rate.convert(run, cost.currency, currency)
+    c.monthly_cost = rate.convert(month, cost.currency, currency)
+    c.within_budget = c.monthly_cost <= limit
 
+
+def recommend(w: Workload, book: PriceBook) -> Recommendation:
     gpus_yaml = gpus_catalog()
     tokens = training_tokens(w)
     flops = FLOPS_PER_PARAM_TOKEN * w.model_params * tokens
@@ -401,28 +396,13 @@ def recommend(w: Workload, book: PriceBook) -> Recommendation:
                         if block_place is None or pick is None:
                             continue
                         (region, zone), (nodes, block) = block_place, pick
-                    cost = price_plan(_synthetic_plan(cloud, region, shape, nodes, purchase, storage, block), book)
-                    nodes_lines = [i for i in cost.items if i.item.startswith("GPU node")]
-                    node_month = None if any(i.monthly is None for i in nodes_lines) else sum(
-                        i.monthly for i in nodes_lines)
-                    fixed = sum(i.monthly for i in cost.items if i.monthly is not None and i not in nodes_lines)
                     c = Candidate(cloud=cloud, tier=tier, shape=shape, region=region, zone=zone, nodes=nodes,
                                   purchase=purchase, gpus=nodes * shape.gpu_count, need_gib=need(nodes),
-                                  have_gib=have, hours=hours(nodes), cost_currency=cost.currency,
-                                  node_month=node_month, fixed_month=fixed, unpriced=[i.item for i in cost.unpriced],
-                                  storage=storage, block_hours=block,
-                                  estimated_price=next((i.as_of or "undated" for i in nodes_lines if i.estimate), ""),
+                                  have_gib=have, hours=hours(nodes), cost_currency="", node_month=None,
+                                  fixed_month=0.0, storage=storage, block_hours=block,
                                   meets_time=w.target_hours is None or hours(nodes) <= w.target_hours)
-                    if node_month is not None:
-                        # A block is paid for every hour of it, all in the month it is bought (the pricer
-                        # priced one month of it); on demand the month holds what runs in it.
-                        hourly = node_month / (min(block, HOURS_PER_MONTH) if block else HOURS_PER_MONTH)
-                        billed = block or c.hours
-                        run = hourly * billed + fixed * min(billed, HOURS_PER_MONTH) / HOURS_PER_MONTH
-                        month = hourly * (billed if block else min(billed, HOURS_PER_MONTH)) + fixed
-                        c.run_cost = rate.convert(run, cost.currency, currency)
-                        c.monthly_cost = rate.convert(month, cost.currency, currency)
-                        c.within_budget = c.monthly_cost <= w.budget.monthly_limit
+                    if c.fits_memory:  # a cluster that cannot hold the model has no cost worth rendering
+                        _cost(c, priced_render(w, c, book, rate), rate, currency, w.budget.monthly_limit)
                     c.why = _why(c, w, currency, gpu)
                     candidates.append(c)
     order = {t: i for i, t in enumerate(tiers.TIERS)}
@@ -473,14 +453,23 @@ before `pulumi up` buys it (it cannot be cancelled); the stack file says to chan
 def stack_document(rec: Recommendation, c: Candidate, emails: tuple[str, ...],
                    today: Optional[datetime.date] = None) -> dict[str, Any]:
     """The top pick as a stack file's document (validated with load_spec before it is returned)."""
-    from components.spec import load_spec
+    return candidate_document(rec.workload, rec.rate, c, emails, today)
 
-    w = rec.workload
+
+def candidate_document(w: Workload, rate: Any, c: Candidate, emails: tuple[str, ...],
+                       today: Optional[datetime.date] = None, priced_only: bool = False) -> dict[str, Any]:
+    """A candidate as a stack file's document: what --write-stack writes and what it is priced from.
+    `priced_only`: a document only priced, never written, whose budget may be capped at the stack file's
+    largest (no price depends on the budget; a written one says the budget is too large instead)."""
+    from components.spec import MAX_BUDGET, load_spec
+
     limit = w.budget.monthly_limit
     currency = w.budget.currency
     allowed = catalog.limit(c.cloud, "budget_currencies")  # type: ignore[arg-type]
     if currency not in allowed:
-        limit, currency = rec.rate.convert(limit, currency, allowed[0]), allowed[0]
+        limit, currency = rate.convert(limit, currency, allowed[0]), allowed[0]
+    if priced_only:
+        limit = min(limit, MAX_BUDGET)
     storage: dict[str, Any] = {"root_gb": c.storage["root_gb"], "data_disk_gb": c.storage["data_disk_gb"],
                                "lustre": c.storage["lustre"], "checkpoint_bucket": True}
     cluster: dict[str, Any] = {

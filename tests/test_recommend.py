@@ -206,12 +206,14 @@ def test_exchange_rate_override_is_named_and_used(capsys):
 
 
 def test_a_price_file_prices_what_the_catalog_cannot(tmp_path, capsys):
-    """With negotiated H20 and HCC disk prices, Tencent's large tier can be judged (and here wins)."""
+    """With negotiated H20 and HCC disk prices, Tencent's large tier can be judged (and here wins). Priced as
+    `plan` prices the stack it writes (head node, CFS Turbo, disks, NAT), it needs 28 CNY an hour a node to
+    beat 4 × p5 in a Capacity Block."""
     prices = tmp_path / "prices.yaml"
     prices.write_text(yaml.safe_dump({"price_file": {
         "name": "test quote", "as_of": "2026-12-01", "source": "a test figure, not a real quote",
         "prices": [
-            {"cloud": "tencentcloud", "item": "instance", "key": "HCCPNV6.96XLARGE2304", "price": 35.0,
+            {"cloud": "tencentcloud", "item": "instance", "key": "HCCPNV6.96XLARGE2304", "price": 28.0,
              "currency": "CNY"},
             {"cloud": "tencentcloud", "item": "cbs_gb_month", "key": "LOCAL_BASIC", "price": 0.0, "currency": "CNY"}]}}))
     status, out = run_json(capsys, str(EXAMPLES / "startup-seed.yaml"), "--prices", str(prices))
@@ -263,3 +265,27 @@ def test_without_a_target_the_cheapest_whole_run_wins_not_the_slowest_small_tier
     top = out["recommendation"]
     assert top["run_cost"] == min(c["run_cost"] for c in feasible)
     assert top["tier"] == "large" and top["hours"] < min(c["hours"] for c in feasible if c["tier"] == "mid")
+
+
+@pytest.mark.parametrize("workload", sorted(p.name for p in EXAMPLES.glob("*.yaml")))
+def test_the_top_pick_is_priced_item_by_item_as_plan_prices_the_stack_it_writes(workload, tmp_path, capsys):
+    """One model of the cluster: the recommendation's priced items (resources, quantities, unit prices)
+    are those of `plan` of the stack file it writes, item by item, and so are their monthly figures."""
+    from gpu_cluster.cli import main
+
+    stack = tmp_path / "Pulumi.pick.yaml"
+    capsys.readouterr()
+    status = main(["recommend", str(EXAMPLES / workload), "--json", "--write-stack", str(stack),
+                   "--email", "mlops@example.com"])
+    out = json.loads(capsys.readouterr().out)
+    if status != 0:  # no candidate fits: nothing is quoted, nothing written
+        assert out["recommendation"] is None and not stack.exists()
+        return
+    assert main(["plan", "--stack-file", str(stack), "--out", str(tmp_path / "plans"), "--json"]) in (0, 1)
+    planned = json.loads(capsys.readouterr().out)["stacks"][0]["monthly_cost"]
+
+    def key(i: dict) -> tuple:
+        return i["item"], i["urn"].rsplit("::", 1)[-1], i["quantity"], i["unit"], i["unit_price"], i["monthly"]
+
+    quoted = sorted(key(i) for i in out["recommendation"]["items"])
+    assert quoted and quoted == sorted(key(i) for i in planned["items"] + planned["unpriced"])

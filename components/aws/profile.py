@@ -70,6 +70,20 @@ class AwsProfile(CloudProfile):
                             f"(use a mailing list)")
         return problems
 
+    def lustre_size_at_least(self, tier_gib: int, throughput_per_tib: int, want_gib: float) -> int:
+        inc = catalog.limit("aws", "fsx_lustre_persistent2_capacity_gib")
+        sizes = list(inc["first"])
+        while sizes[-1] < max(tier_gib, want_gib):
+            sizes.append(sizes[-1] + inc["step"])
+        return next(s for s in sizes if s >= max(tier_gib, want_gib))
+
+    def default_zone(self, region: str) -> str:
+        return f"{region}a"
+
+    def capacity_block_regions(self, shape: "Shape") -> tuple[str, ...]:
+        """From the catalog's capacity_block limits (EC2 user guide, "Capacity Blocks for ML")."""
+        return tuple(catalog.limit("aws", "capacity_block")["offered"].get(shape.type, ()))
+
     def notes(self, spec: "ClusterSpec", shape: "Shape") -> list[str]:
         from components.aws import notes
 

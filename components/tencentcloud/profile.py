@@ -113,6 +113,19 @@ class TencentCloudProfile(CloudProfile):
             network = network.model_copy(update={"flow_logs": False})
         return network
 
+    def lustre_regions(self) -> Optional[tuple[str, ...]]:
+        return tuple(catalog.limit("tencentcloud", "cfs_turbo_regions"))
+
+    def lustre_size_at_least(self, tier_gib: int, throughput_per_tib: int, want_gib: float) -> int:
+        row = catalog.limit("tencentcloud", "cfs_turbo")[turbo_type(throughput_per_tib)]
+        size = max(tier_gib, row["min_gib"])
+        while size < want_gib:
+            size += row["step_gib"]
+        return size
+
+    def default_zone(self, region: str) -> str:
+        return f"{region}-5"
+
     def notes(self, spec: "ClusterSpec", shape: "Shape") -> list[str]:
         from components.tencentcloud import notes
 

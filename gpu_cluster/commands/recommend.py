@@ -116,9 +116,9 @@ def run(args: argparse.Namespace) -> int:
     rows = []
     for i, c in enumerate(rec.candidates[:args.top], 1):
         rows.append([i, c.cloud, c.region, c.tier, c.shape.type, c.nodes, c.purchase,
-                     "yes" if c.fits_memory else "no", f"{c.hours:,.0f}", _money(c.run_cost, cur),
-                     _money(c.monthly_cost, cur),
-                     {True: "yes", False: "no", None: "unknown"}[c.within_budget], c.why])
+                     "yes" if c.fits_memory else "no", f"{c.hours:,.0f}",
+                     _money(c.run_cost, cur) if c.fits_memory else "—", _money(c.monthly_cost, cur) if c.fits_memory else "—",
+                     {True: "yes", False: "no", None: "unknown" if c.fits_memory else "—"}[c.within_budget], c.why])
     ui.table(["#", "cloud", "region", "tier", "shape", "nodes", "purchase", "fits memory", "hours", "run cost", "monthly cost",
               "within budget", "why"], rows, right=("#", "nodes", "hours", "run cost", "monthly cost"),
              title=f"candidates ({len(rec.candidates)}; best first)")
