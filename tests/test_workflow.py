@@ -237,3 +237,9 @@ def test_everything_that_decides_a_render_or_a_verdict_needs_a_code_owner(path):
 
 def test_a_stack_file_alone_needs_no_code_owner_the_gate_judges_it():
     assert owners("stacks/Pulumi.team.yaml") == []
+
+
+def test_every_job_has_a_time_limit():
+    """A hostile stack file must not hold a runner for GitHub's default six hours."""
+    for name, job in load()["jobs"].items():
+        assert 0 < job.get("timeout-minutes", 0) <= 30, name
