@@ -19,6 +19,12 @@ if TYPE_CHECKING:
     from components.spec import Budget, Cluster, ClusterSpec, Lustre, Network, Snapshots
 
 
+OFFLINE_RENDER_ENV = "GPU_CLUSTER_OFFLINE_RENDER"
+"""Set by the offline engine (gpu_cluster/render.py) while it renders a stack under mocks: a component
+that would write a file for the provider to read (the Tencent function's code package) writes nothing
+then, and passes the path it would use."""
+
+
 class CloudProfile:
     """The interface. A method's default is what a cloud without that rule does."""
 

@@ -6,10 +6,12 @@ plans — the policy runner, the pricer, the review — works on `pulumi stack e
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import heapq
 import json
 import logging
+import os
 import runpy
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,6 +85,22 @@ def _config_strings(config: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
+@contextlib.contextmanager
+def _offline():
+    """While the program renders under the mocks, components write no file (OFFLINE_RENDER_ENV)."""
+    from components.clouds import OFFLINE_RENDER_ENV
+
+    before = os.environ.get(OFFLINE_RENDER_ENV)
+    os.environ[OFFLINE_RENDER_ENV] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(OFFLINE_RENDER_ENV, None)
+        else:
+            os.environ[OFFLINE_RENDER_ENV] = before
+
+
 def render(stack_file: StackFile, program: Path = MAIN) -> Rendered:
     """Run `program` under the recording mocks with the stack file's config."""
     cluster = validate(stack_file)
@@ -92,7 +110,7 @@ def render(stack_file: StackFile, program: Path = MAIN) -> Rendered:
     pulumi.runtime.set_all_config(_config_strings(stack_file.config), [])
     pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack_file.stack, preview=False,
                              monitor=monitor, logger=_QUIET)
-    with without_stack_traces():
+    with without_stack_traces(), _offline():
         sync_await(run_pulumi_func(lambda: runpy.run_path(str(program), run_name="__main__")))
     problems = list(mocks.problems)
     for reg in monitor.registrations:

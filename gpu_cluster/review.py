@@ -111,10 +111,11 @@ def _governing(c: Optional[contracts.Contract], path: str) -> Optional[contracts
     return None
 
 
-def _package_change(before: Resource, after: Resource) -> str:
+def _package_change(before: Resource, after: Resource, base: Optional[Plan], head: Optional[Plan]) -> str:
     """What a new code package of the Tencent cost controls changes: the keys of its configuration (the
     run windows, the nodes, the idle rule), or only the code."""
-    old, new = cost_controls_config(before), cost_controls_config(after)
+    old = cost_controls_config(before, base) if base is not None else None
+    new = cost_controls_config(after, head) if head is not None else None
     if old is None or new is None:
         return "zipFile"
     changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
@@ -129,7 +130,8 @@ def _ignored(path: str, ignore: Sequence[str]) -> bool:
     return any(path == i or path.startswith(i + ".") for i in ignore)
 
 
-def diff_resource(before: Resource, after: Resource, ignore: Sequence[str] = ()) -> Optional[Change]:
+def diff_resource(before: Resource, after: Resource, ignore: Sequence[str] = (), base: Optional[Plan] = None,
+                  head: Optional[Plan] = None) -> Optional[Change]:
     """What `pulumi up` does to one resource, from its provider contract: replace it when a force-new
     argument changes or a shrink-replaces one shrinks, fail when the provider cannot make the change.
     Properties the program registers with ignore_changes (`ignore`) are left as they are, as the engine
@@ -138,7 +140,7 @@ def diff_resource(before: Resource, after: Resource, ignore: Sequence[str] = ())
     if not keys:
         return None
     if after.type == TC_FUNCTION and "zipFile" in keys:
-        keys = [_package_change(before, after) if k == "zipFile" else k for k in keys]
+        keys = [_package_change(before, after, base, head) if k == "zipFile" else k for k in keys]
     c = contracts.contract(after.type)
     forced, blocked = [], []
     for path in contracts.changed_paths(before.inputs, after.inputs):
@@ -187,7 +189,7 @@ def diff_plans(base: Optional[Plan], head: Optional[Plan],
         if urn not in before:
             changes.append(Change("add", urn, r.type))
         else:
-            change = diff_resource(before[urn], r, ignore_changes.get(urn, ()))
+            change = diff_resource(before[urn], r, ignore_changes.get(urn, ()), base, head)
             if change and change.action == "replace":
                 change = replace(change, refused=_refusal(before[urn]))
             if change:
@@ -202,18 +204,26 @@ def _violation_key(v: dict) -> tuple[str, str, str]:
     return v["policy"], v.get("urn") or "", v["message"]
 
 
-def _keep_packages(tree: Path, plans: Any) -> None:
-    """Copy the code packages the base plans name into the work tree before the base tree goes: the
-    pricer reads the Tencent cost controls' schedule from the package (a path relative to the project,
-    named by its content's hash, so nothing of the work tree's is overwritten)."""
-    import shutil
+def _inline_old_configs(tree: Path, plans: Any) -> None:
+    """A base rendered before the cost controls' configuration was a component output kept it only in the
+    code package it wrote under its own build/: read it from there while the base's tree exists, into
+    the base plan in memory, so both sides are priced alike. Nothing is written."""
+    import zipfile
+
+    from gpu_cluster.bills.tencentcloud import COST_CONTROLS
 
     for plan in plans:
+        by_urn = plan.by_urn()
         for r in plan.of_type(TC_FUNCTION):
-            rel = r.props.get("zipFile")
-            if isinstance(rel, str) and (tree / rel).is_file() and not (ROOT / rel).exists():
-                (ROOT / rel).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(tree / rel, ROOT / rel)
+            component, rel = by_urn.get(r.parent), r.props.get("zipFile")
+            if component is None or component.type != COST_CONTROLS or "config" in component.outputs:
+                continue
+            path = tree / rel if isinstance(rel, str) and not rel.startswith(("/", "~")) else None
+            try:
+                with zipfile.ZipFile(path) as package:  # type: ignore[arg-type]
+                    component.outputs["config"] = package.read("config.json").decode("utf-8")
+            except (OSError, KeyError, TypeError, UnicodeDecodeError, zipfile.BadZipFile):
+                continue
 
 
 def kept_as_created(base: Optional[Plan], head: Optional[Plan],
@@ -339,6 +349,23 @@ def code(text: object) -> str:
 
 def render_markdown(reviews: list[StackReview], base_ref: str) -> str:
     out = [f"## gpu-cluster review against {code(base_ref)}", ""]
+    out += _alert_lines(reviews)
+    out += ["| stack | added | changed | replaced | deleted | monthly cost | new violations | fixed |",
+            "|---|---|---|---|---|---|---|---|"]
+    for r in reviews:
+        if r.invalid:
+            out.append(f"| {code(r.stack)} | — | — | — | — | invalid stack file | — | — |")
+            continue
+        out.append(f"| {code(r.stack)} | {r.count('add')} | {r.count('change')} | {r.count('replace')} | "
+                   f"{r.count('delete')} | {md(_cost_line(r))} | {len(r.new_violations)} | {len(r.fixed_violations)} |")
+    for r in reviews:
+        out += _stack_section(r)
+    return "\n".join(out) + "\n"
+
+
+def _alert_lines(reviews: list[StackReview]) -> list[str]:
+    """The alerts above the table: invalid stack files, stateful resources lost, deletes the provider refuses."""
+    out: list[str] = []
     invalid = [r for r in reviews if r.invalid]
     if invalid:
         out += ["> [!IMPORTANT]", "> **Invalid stack file: the pull request breaks these stacks (nothing else is "
@@ -359,45 +386,42 @@ def render_markdown(reviews: list[StackReview], base_ref: str) -> str:
         out += [f"> - {code(stack)}: **{c.action}** {code(c.type)} {code(c.name)}: {md(c.refused)}."
                 for stack, c in refused]
         out.append("")
-    out += ["| stack | added | changed | replaced | deleted | monthly cost | new violations | fixed |",
-            "|---|---|---|---|---|---|---|---|"]
-    for r in reviews:
-        if r.invalid:
-            out.append(f"| {code(r.stack)} | — | — | — | — | invalid stack file | — | — |")
-            continue
-        out.append(f"| {code(r.stack)} | {r.count('add')} | {r.count('change')} | {r.count('replace')} | "
-                   f"{r.count('delete')} | {md(_cost_line(r))} | {len(r.new_violations)} | {len(r.fixed_violations)} |")
-    for r in reviews:
-        controls = [] if r.invalid else _controls_lines(r)
-        if not (r.changes or r.new_violations or r.fixed_violations or r.notes or controls or r.kept
-                or r.invalid or r.pack_differences):
-            continue
-        out += ["", f"### {code(r.stack)}", ""]
-        if r.invalid:
-            out.append(f"- **invalid stack file**: {code(r.invalid)}")
-        out += [f"- note: {md(n)}" for n in r.notes]
-        if r.kept:
-            out.append("- kept as created (the program ignores changes to these, so `pulumi up` leaves them; "
-                       "a replacement keeps them too; only a resource created anew gets the new values): "
-                       + ", ".join(f"{code(name)} ({md(', '.join(keys))})" for name, keys in r.kept))
-        if r.invalid:
-            continue
-        out.append(f"- monthly cost: {md(_cost_line(r))}")
-        out += controls
-        if r.changes:
-            out += ["", "| action | type | name | what |", "|---|---|---|---|"]
-            for c in r.changes:
-                what = c.why or ", ".join(c.keys)
-                mark = " ⚠️" if c.dangerous or c.refused else ""
-                out.append(f"| {c.action}{mark} | {code(c.type)} | {code(c.name)} | {md(what)} |")
-        for title, vs in (("New policy violations", r.new_violations), ("Fixed policy violations", r.fixed_violations)):
-            if vs:
-                out += ["", f"**{title}**", ""]
-                out += [f"- {code(v['policy'])} ({md(v['enforcement'])}): {md(v['message'])}" for v in vs]
-        if r.pack_differences:
-            out += ["", "**The pull request's own policy pack differs** (the base branch's pack decides the status)", ""]
-            out += [f"- {md(d)}" for d in r.pack_differences]
-    return "\n".join(out) + "\n"
+    return out
+
+
+def _stack_section(r: StackReview) -> list[str]:
+    """One stack's section below the table (nothing when there is nothing to say about it)."""
+    out: list[str] = []
+    controls = [] if r.invalid else _controls_lines(r)
+    if not (r.changes or r.new_violations or r.fixed_violations or r.notes or controls or r.kept
+            or r.invalid or r.pack_differences):
+        return out
+    out += ["", f"### {code(r.stack)}", ""]
+    if r.invalid:
+        out.append(f"- **invalid stack file**: {code(r.invalid)}")
+    out += [f"- note: {md(n)}" for n in r.notes]
+    if r.kept:
+        out.append("- kept as created (the program ignores changes to these, so `pulumi up` leaves them; "
+                   "a replacement keeps them too; only a resource created anew gets the new values): "
+                   + ", ".join(f"{code(name)} ({md(', '.join(keys))})" for name, keys in r.kept))
+    if r.invalid:
+        return out
+    out.append(f"- monthly cost: {md(_cost_line(r))}")
+    out += controls
+    if r.changes:
+        out += ["", "| action | type | name | what |", "|---|---|---|---|"]
+        for c in r.changes:
+            what = c.why or ", ".join(c.keys)
+            mark = " ⚠️" if c.dangerous or c.refused else ""
+            out.append(f"| {c.action}{mark} | {code(c.type)} | {code(c.name)} | {md(what)} |")
+    for title, vs in (("New policy violations", r.new_violations), ("Fixed policy violations", r.fixed_violations)):
+        if vs:
+            out += ["", f"**{title}**", ""]
+            out += [f"- {code(v['policy'])} ({md(v['enforcement'])}): {md(v['message'])}" for v in vs]
+    if r.pack_differences:
+        out += ["", "**The pull request's own policy pack differs** (the base branch's pack decides the status)", ""]
+        out += [f"- {md(d)}" for d in r.pack_differences]
+    return out
 
 
 # ---- the command: worktree of BASE, renders on both sides --------------------------------------
@@ -640,6 +664,26 @@ def review_command(base: str, out: Path, only: Sequence[str] = (), head: Optiona
     started = time.monotonic()
     deadline = started + budget_s
     head = Path(head).resolve() if head is not None else ROOT
+    _check_review_args(base, budget_s, head)
+    files.output_file(out, "--out")
+    stacks = review_stacks(base, only, head)
+    refused = _refused_in_head(stacks, head)
+    rendered = [s for s in stacks if s not in refused]
+    base_side, head_side, theirs = _render_both_sides(base, head, rendered, deadline, budget_s)
+    head_side.failures.update(refused)
+    reviews, failed = _review_each(stacks, base, base_side, head_side, refused, deadline, budget_s)
+    for s, verdict in theirs.items():
+        reviews[s].pack_differences = _pack_differences(reviews[s], verdict)
+    status = review_status(list(reviews.values()), failed)
+    files.write_text(out, render_markdown(list(reviews.values()), base), "--out")
+    if as_json:
+        ui.json_document(review_json(list(reviews.values()), base, status))
+        return status
+    _say_review(reviews, failed, stacks, base, out)
+    return status
+
+
+def _check_review_args(base: str, budget_s: float, head: Path) -> None:
     if base.startswith("-"):
         raise ReviewError(f"BASE={base!r} is not a git ref (it starts with '-')")
     if budget_s <= 0:
@@ -650,10 +694,12 @@ def review_command(base: str, out: Path, only: Sequence[str] = (), head: Optiona
         _git("rev-parse", "--verify", "--quiet", "--end-of-options", f"{base}^{{commit}}", cwd=head)
     except ReviewError:
         raise ReviewError(f"BASE={base!r} is not a commit in this repository") from None
-    files.output_file(out, "--out")
-    stacks = review_stacks(base, only, head)
-    refused = _refused_in_head(stacks, head)
-    rendered = [s for s in stacks if s not in refused]
+
+
+def _render_both_sides(base: str, head: Path, rendered: list[str], deadline: float,
+                       budget_s: float) -> tuple[Side, Side, dict[str, Optional[set[tuple[str, str, str]]]]]:
+    """The plans of BASE (in a worktree, removed after) and of `head`, rendered side by side, and the
+    pull request's own policy pack's verdicts on the head's plans."""
     with tempfile.TemporaryDirectory(prefix="gpu-cluster-review-") as tmp:
         tree = Path(tmp) / "base"
         _git("worktree", "add", "--detach", "--quiet", str(tree), f"{base}^{{commit}}", cwd=head)
@@ -668,11 +714,16 @@ def review_command(base: str, out: Path, only: Sequence[str] = (), head: Optiona
             finally:
                 _stop(base_run)
                 _stop(head_run)
-            _keep_packages(tree, base_side.plans.values())
+            _inline_old_configs(tree, base_side.plans.values())
             theirs = _their_verdicts(head, Path(tmp) / "head-plans", head_side.plans, deadline, budget_s)
         finally:
             _git("worktree", "remove", "--force", str(tree), cwd=head)
-    head_side.failures.update(refused)
+    return base_side, head_side, theirs
+
+
+def _review_each(stacks: list[str], base: str, base_side: Side, head_side: Side, refused: dict[str, str],
+                 deadline: float, budget_s: float) -> tuple[dict[str, StackReview], list[tuple[str, str, str]]]:
+    """The review of every stack, and the stacks the pull request breaks ("head", stack, why)."""
     reviews: dict[str, StackReview] = {}
     failed = []
     for s in stacks:
@@ -694,13 +745,12 @@ def review_command(base: str, out: Path, only: Sequence[str] = (), head: Optiona
         if time.monotonic() > deadline:
             raise ReviewError(f"the review ran out of its {budget_s:g}-second budget while comparing the plans; no "
                               f"verdict (raise it with --timeout SECONDS)")
-    for s, verdict in theirs.items():
-        reviews[s].pack_differences = _pack_differences(reviews[s], verdict)
-    status = review_status(list(reviews.values()), failed)
-    files.write_text(out, render_markdown(list(reviews.values()), base), "--out")
-    if as_json:
-        ui.json_document(review_json(list(reviews.values()), base, status))
-        return status
+    return reviews, failed
+
+
+def _say_review(reviews: dict[str, StackReview], failed: list[tuple[str, str, str]], stacks: list[str], base: str,
+                out: Path) -> None:
+    """The review in a few lines on the terminal (the Markdown file has it all)."""
     ui.line(f"review of {len(stacks)} stack(s) against {base} written to {out}")
     for r in reviews.values():
         ui.line(f"  {r.stack}: invalid stack file" if r.invalid else
@@ -713,7 +763,6 @@ def review_command(base: str, out: Path, only: Sequence[str] = (), head: Optiona
     if any(c.refused for r in reviews.values() for c in r.changes):
         ui.warn("the provider would refuse to delete resources this change replaces or removes; see the review")
     _say_status(reviews.values(), failed)
-    return status
 
 
 def review_status(reviews: Sequence[StackReview], failed: Sequence[tuple[str, str, str]]) -> int:

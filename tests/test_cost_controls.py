@@ -5,6 +5,7 @@ counts only scheduled hours and shows each control's effect."""
 from __future__ import annotations
 
 import datetime
+import hashlib
 import io
 import json
 import zipfile
@@ -20,6 +21,7 @@ from components.tencentcloud import costcontrol as tc_controls
 from components.tencentcloud import scf_cost_controls as handler
 from conftest import ROOT, gpu_nodes, head_node, merge, rendered, stack_with
 from gpu_cluster import pricing
+from gpu_cluster.bills.tencentcloud import cost_controls_config
 from gpu_cluster.plan import Plan
 from gpu_cluster.policyrun import run_policies
 from gpu_cluster.prices import load_book
@@ -390,10 +392,17 @@ def test_tencent_controls_are_one_function_with_timer_triggers(slurm_plan):
     triggers = {t["name"]: t for t in fn["triggers"]}
     assert triggers["windows"] == {"name": "windows", "type": "timer", "triggerDesc": "0 0 * * * * *"}
     assert triggers["idle"]["triggerDesc"] == "0 */5 * * * * *"
-    package = zipfile.ZipFile(io.BytesIO((ROOT / fn["zipFile"]).read_bytes()))
+    # The render writes no package; its configuration is the component's output `config`, and the package
+    # built from it is the one zip_file names (content-addressed, in the user's cache folder).
+    [component] = [r for r in plan.resources if r.type == "gpu-cluster:tencentcloud:CostControls"]
+    data = tc_controls.code_package("Asia/Shanghai", component.outputs["config"])
+    digest = hashlib.sha256(data).hexdigest()[:16]
+    assert fn["zipFile"] == f"~/.cache/gpu-cluster/tencent-cost-controls/cost-controls-{digest}.zip"
+    package = zipfile.ZipFile(io.BytesIO(data))
     assert sorted(package.namelist()) == ["config.json", "index.py", "zone.tzif"]
     assert "environment" not in fn  # SCF documents variable values as letters, digits and "_", 64 bytes at most
     config = json.loads(package.read("config.json"))
+    assert config == cost_controls_config(plan.one(SCF), plan)
     (node,) = gpu_nodes(plan, TC_INSTANCE)
     # The windows start and stop the head node too; idle stop watches the GPU node only.
     assert config["nodes"] == [node.id, head_node(plan, TC_INSTANCE).id] and config["gpu_nodes"] == [node.id]
@@ -455,7 +464,7 @@ def test_the_code_package_is_reproducible(tmp_path):
     a, b = tc_controls.code_package("Asia/Shanghai", "{}"), tc_controls.code_package("Asia/Shanghai", "{}")
     assert a == b
     path = tc_controls.write_package(a, tmp_path)
-    assert (tmp_path / path).read_bytes() == a and path.startswith("build/tencent-cost-controls/cost-controls-")
+    assert Path(path).read_bytes() == a and path.startswith(f"{tmp_path}/gpu-cluster/tencent-cost-controls/cost-controls-")
     assert tc_controls.code_package("Europe/Paris", "{}") != a
     assert tc_controls.code_package("Asia/Shanghai", '{"nodes": ["ins-a"]}') != a  # a new node is new code
 
@@ -619,11 +628,11 @@ def test_tencent_scheduled_hours_come_from_the_function(sample_plan):
     cost = pricing.price_plan(sample_plan("tencent-scheduled"), load_book(cache=None))
     [node] = [i for i in cost.items if i.item.startswith("GPU nodes")]
     assert node.quantity == pytest.approx(66 * 730 / 168, abs=0.01)
-    # A plan from elsewhere, whose code package is not in this checkout: priced as if running all month.
+    # A plan from elsewhere, which holds no configuration of the function: priced as if running all month.
     doc = rendered(stack_with("tencent-scheduled")).plan()
     for r in doc["deployment"]["resources"]:
-        if r["type"] == SCF:
-            r["inputs"]["zipFile"] = r["outputs"]["zipFile"] = "build/tencent-cost-controls/elsewhere.zip"
+        if r["type"] == "gpu-cluster:tencentcloud:CostControls":
+            r["outputs"].pop("config")
     [node] = [i for i in pricing.price_plan(Plan.from_doc(doc), load_book(cache=None)).items
               if i.item.startswith("GPU nodes")]
     assert node.quantity == 730

@@ -261,16 +261,23 @@ def test_a_sides_renderer_gets_none_of_the_runners_step_files(monkeypatch):
     assert not [k for k in env if k.startswith("GITHUB_")] and env["GPU_CLUSTER_JOBS"] == "1"
 
 
-def test_the_tencent_code_package_is_never_written_through_a_link(tmp_path):
+def test_an_offline_render_writes_nothing_and_plan_writes_only_under_out(tmp_path, monkeypatch, capsys):
+    """The Tencent cost controls' code package is the one file a render used to write (into the checkout's
+    build/): an offline render writes nothing now, and `plan --out DIR` only DIR. A real `pulumi up` writes
+    the package to the user's cache folder, outside the checkout."""
     from components.tencentcloud.costcontrol import write_package
 
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    root = tmp_path / "repo"
-    root.mkdir()
-    (root / "build").symlink_to(elsewhere)
-    with pytest.raises(ValueError, match="build is a symbolic link; the cost-controls code package is never written"):
-        write_package(b"zip", root=root)
-    assert not any(elsewhere.rglob("*"))
-    (root / "build").unlink()
-    assert write_package(b"zip", root=root).startswith("build/tencent-cost-controls/cost-controls-")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    before = {p for p in ROOT.rglob("*") if "__pycache__" not in p.parts and "venv" not in p.parts}
+    status, out, err = _main(capsys, "plan", "--stack", "tencent-scheduled", "--jobs", "1", "--out", str(tmp_path / "out"))
+    after = {p for p in ROOT.rglob("*") if "__pycache__" not in p.parts and "venv" not in p.parts}
+    assert status == 0 and after == before, sorted(map(str, after - before))[:5]
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "home").exists()
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["tencent-scheduled.json",
+                                                                   "tencent-scheduled.report.json"]
+    plan = (tmp_path / "out" / "tencent-scheduled.json").read_text()
+    assert '"zipFile": "~/.cache/gpu-cluster/tencent-cost-controls/cost-controls-' in plan
+    monkeypatch.delenv("GPU_CLUSTER_OFFLINE_RENDER", raising=False)
+    path = write_package(b"zip")
+    assert path.startswith(str(tmp_path / "cache" / "gpu-cluster" / "tencent-cost-controls"))

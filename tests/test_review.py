@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -335,3 +336,29 @@ def test_a_review_that_runs_out_of_its_budget_exits_2_saying_so(tmp_path, capsys
                    "--out", str(tmp_path / "r.md")])
     err = capsys.readouterr().err
     assert status == 2 and "the review ran out of its 0.001-second budget" in err and "Traceback" not in err
+
+
+def test_a_base_from_before_the_config_was_in_the_plan_is_read_from_its_own_package_once(tmp_path):
+    """An older base kept the Tencent cost controls' schedule only in the code package it wrote under its
+    own build/: the review reads it from the base's tree into the base plan in memory (nothing is copied
+    into this checkout), so both sides price the schedule alike."""
+    import io
+    import zipfile
+
+    from conftest import render_plan
+    from gpu_cluster.bills.tencentcloud import COST_CONTROLS, cost_controls_config
+
+    plan = render_plan("tencent-scheduled")  # its own copy: this test changes it
+    [component] = [r for r in plan.resources if r.type == COST_CONTROLS]
+    config = component.outputs.pop("config")
+    function = plan.one("tencentcloud:Scf/function:Function")
+    function.inputs["zipFile"] = rel = "build/tencent-cost-controls/cost-controls-old.zip"
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as z:
+        z.writestr("config.json", config)
+    (tmp_path / rel).parent.mkdir(parents=True)
+    (tmp_path / rel).write_bytes(buffer.getvalue())
+    assert cost_controls_config(function, plan) is None
+    review_mod._inline_old_configs(tmp_path, [plan])
+    assert cost_controls_config(function, plan) == json.loads(config)
+    assert not (ROOT / rel).exists()

@@ -33,6 +33,7 @@ import pulumi
 import tencentcloud_iac_pulumi as tencentcloud
 
 from components import windows as run_windows
+from components.clouds import OFFLINE_RENDER_ENV
 from components.spec import IdleStop, Schedule
 from components.tencentcloud import scf_cost_controls as handler
 from components.tencentcloud.cam import service_role_document
@@ -48,14 +49,14 @@ GetMonitorData calls besides the describe and stop; the provider allows 1-900 s.
 IDLE_CRON = "0 */5 * * * * *"
 """Every 5 minutes: seconds minutes hours day month week year (SCF documentation, "Timer trigger",
 cron syntax 1 with seven fields)."""
-CODE_DIR = Path("build") / "tencent-cost-controls"
-"""Where the code package is written, relative to the project directory in which `pulumi` runs the
-program and the provider reads `zip_file` (a local path: resource_tc_scf_function.go opens it at
-create and update). The file name carries the content hash because the provider updates the code only
-when the path changes (d.HasChange("zip_file"))."""
+PACKAGE_DIR = Path("gpu-cluster") / "tencent-cost-controls"
+"""Where `pulumi up` writes the code package: under the user's cache folder ($XDG_CACHE_HOME, else
+~/.cache), outside the checkout, named by its content's hash (content-addressed: a package is written
+once, and the provider updates the code only when the path changes, d.HasChange("zip_file")). The
+provider reads `zip_file` as a local path at create and update (resource_tc_scf_function.go)."""
+OFFLINE_CACHE = "~/.cache"
+"""The cache folder an offline render names (it writes nothing), so a plan is the same on every machine."""
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)
-PROJECT = Path(__file__).resolve().parents[2]
-"""The Pulumi project directory (Pulumi.yaml), whatever the current directory of the caller."""
 
 
 def edge_minutes(events: Sequence[run_windows.Event], timezone: str) -> list[int]:
@@ -97,17 +98,19 @@ def code_package(timezone: Optional[str], config: str) -> bytes:
     return out.getvalue()
 
 
-def write_package(data: bytes, root: Path = PROJECT) -> str:
-    """Write the package once under CODE_DIR; its relative path (what zip_file holds)."""
-    rel = CODE_DIR / f"cost-controls-{hashlib.sha256(data).hexdigest()[:16]}.zip"
-    path = root / rel
-    # Never through a symbolic link (a pull request can commit build/ as one): each folder, and the file.
-    folder = root
-    for part in rel.parts:
-        folder = folder / part
-        if folder.is_symlink():
-            raise ValueError(f"{folder} is a symbolic link; the cost-controls code package is never written "
-                             f"through one: remove it")
+def cache_dir() -> Path:
+    """The user's cache folder (XDG Base Directory specification: $XDG_CACHE_HOME, else ~/.cache)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+
+
+def write_package(data: bytes, cache: Optional[Path] = None) -> str:
+    """The package's path for `zip_file`, written there once (atomically, never through a symbolic link
+    for the file itself). An offline render (OFFLINE_RENDER_ENV) writes nothing and names the default
+    cache folder as ~/.cache."""
+    rel = PACKAGE_DIR / f"cost-controls-{hashlib.sha256(data).hexdigest()[:16]}.zip"
+    if os.environ.get(OFFLINE_RENDER_ENV) and cache is None:
+        return f"{OFFLINE_CACHE}/{rel.as_posix()}"
+    path = (cache if cache is not None else cache_dir()) / rel
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
@@ -115,7 +118,7 @@ def write_package(data: bytes, root: Path = PROJECT) -> str:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         tmp.replace(path)
-    return rel.as_posix()
+    return str(path)
 
 
 def handler_config(region: str, node_ids: list, gpu_node_ids: list, schedule: Optional[Schedule],
@@ -210,4 +213,6 @@ class CostControls(pulumi.ComponentResource):
             tags=dict(args.tags),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[attach]))
         self.function_name = function.name
-        self.register_outputs({"function_name": self.function_name})
+        # The configuration the package carries, as an output of this component: a plan or a stack export
+        # holds it, so the pricer and the review read the schedule there, not in a file on disk.
+        self.register_outputs({"function_name": self.function_name, "config": config})

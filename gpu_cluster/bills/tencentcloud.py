@@ -4,13 +4,11 @@ cost controls (gpu_cluster/pricing.py prices each line against the price book)."
 from __future__ import annotations
 
 import json
-import zipfile
 from typing import Optional
 
 from components import windows as run_windows
-from components.tencentcloud.scf_cost_controls import CONFIG_FILE
 from gpu_cluster.plan import Plan, Resource, number
-from gpu_cluster.prices import NO_KEY, ROOT
+from gpu_cluster.prices import NO_KEY
 from gpu_cluster.pricing import HOURS_PER_MONTH, WEEKS_PER_MONTH, Pricer, weekly_hours
 
 TC_INSTANCE = "tencentcloud:Instance/instance:Instance"
@@ -22,14 +20,18 @@ TC_BUCKET = "tencentcloud:Cos/bucket:Bucket"
 TC_FUNCTION = "tencentcloud:Scf/function:Function"
 
 
-def cost_controls_config(function: Resource) -> Optional[dict]:
-    """The configuration in the code package of a Tencent cost-controls function, as a render of this
-    checkout wrote it (None when the package is not here or holds none)."""
-    # zip_file is a path relative to the project; the package's config.json holds the schedule.
+COST_CONTROLS = "gpu-cluster:tencentcloud:CostControls"
+
+
+def cost_controls_config(function: Resource, plan: Plan) -> Optional[dict]:
+    """The configuration of a Tencent cost-controls function (its schedule, nodes and idle rule): what its
+    component registers as the output `config` (components/tencentcloud/costcontrol.py), which a plan and a
+    stack export both hold. None when the plan holds none (a plan from elsewhere, or an older render)."""
+    component = plan.by_urn().get(function.parent)
+    value = component.outputs.get("config") if component is not None and component.type == COST_CONTROLS else None
     try:
-        with zipfile.ZipFile(ROOT / str(function.props.get("zipFile"))) as package:
-            config = json.loads(package.read(CONFIG_FILE))
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+        config = json.loads(value) if isinstance(value, str) else value
+    except ValueError:
         return None
     return config if isinstance(config, dict) else None
 
@@ -38,8 +40,8 @@ def scheduled_hours(plan: Plan) -> tuple[Optional[float], Optional[set[str]], bo
     """Hours a month the cost-controls function keeps its nodes running, their ids, and whether it
     stops idle nodes (its configuration: components/tencentcloud/costcontrol.py)."""
     for r in plan.of_type(TC_FUNCTION):
-        # A plan from elsewhere whose package is not here is priced as if the nodes ran all month.
-        config = cost_controls_config(r)
+        # A plan without the configuration is priced as if the nodes ran all month.
+        config = cost_controls_config(r, plan)
         if config is None:
             continue
         events = [run_windows.Event(a, tuple(days), minute) for a, days, minute in config.get("events") or []]
