@@ -433,7 +433,38 @@ def _resolve(spec: ClusterSpec, regions: Mapping[str, Optional[str]]) -> Cluster
     problems: list[str] = []
     cloud = spec.cloud
     profile = clouds.profile(cloud)
-    region = regions.get(cloud)
+    region = _checked_region(cloud, profile, regions.get(cloud), problems)
+    res = _resolved_tier(spec, problems)
+    shape, rule = res.shape, res.rule
+    notes = list(res.notes)
+
+    problems += _zone_problems(spec, region, shape)
+    problems += _size_and_id_problems(spec, rule)
+    problems += _tag_problems(cloud, spec.tags)
+    problems += _capacity_problems(spec, shape.type, region)
+    problems += profile.network_problems(spec)
+
+    d = rule.defaults
+    scratch, lustre = _storage_choices(spec, profile, shape, d, region, problems)
+    snaps = _snapshots(spec, profile, d, problems)
+    problems += _budget_problems(spec, profile)
+    problems += profile.storage_problems(spec, lustre)
+    problems += profile.stop_problems(spec, shape)
+    problems += profile.scheduler_problems(spec)
+
+    if problems:
+        raise SpecError(problems)
+
+    notes += _purchase_notes(spec)
+    filled = _filled_spec(spec, profile, shape, d, scratch, lustre, snaps, notes)
+    # What the cloud makes of this spec, said aloud.
+    notes += profile.notes(filled, shape)
+    return Cluster(spec=filled, region=region, shape=shape, notes=tuple(notes))
+
+
+def _checked_region(cloud: Cloud, profile: clouds.CloudProfile, region: Optional[str],
+                    problems: list[str]) -> str:
+    """The provider region of the stack, or "" once `problems` says why it cannot be used."""
     example = profile.region_examples[0]
     if not region:
         problems.append(f"{cloud}:region is not set: set the provider region in the stack file's config "
@@ -443,17 +474,25 @@ def _resolve(spec: ClusterSpec, regions: Mapping[str, Optional[str]]) -> Cluster
         problems.append(f"{cloud}:region={region!r} is not a region of {cloud}; allowed: one of "
                         f"{', '.join(catalog.regions(cloud))} (e.g. {example})")
         region = ""
+    return region
 
+
+def _resolved_tier(spec: ClusterSpec, problems: list[str]) -> tiers.Resolution:
+    """The shape and tier rule of the spec; without one nothing else can be checked, so stop here."""
+    cloud = spec.cloud
     try:
-        res = tiers.resolve(cloud, spec.tier, spec.instance_type)
+        return tiers.resolve(cloud, spec.tier, spec.instance_type)
     except tiers.TierError as e:
         field = "instance_type" if spec.instance_type else "tier"
         value = spec.instance_type or spec.tier
         problems.append(f"cluster.{field}={value!r} on {cloud}: {e}")
         raise SpecError(problems) from None
-    shape, rule = res.shape, res.rule
-    notes = list(res.notes)
 
+
+def _zone_problems(spec: ClusterSpec, region: str, shape: Shape) -> list[str]:
+    """Whether the zone lies in the region and the shape is sold there (only once the region is known)."""
+    problems: list[str] = []
+    cloud = spec.cloud
     if region:
         pattern = catalog.limit(cloud, "zone_pattern").format(region=re.escape(region))
         if not re.fullmatch(pattern, spec.zone):
@@ -463,7 +502,13 @@ def _resolve(spec: ClusterSpec, regions: Mapping[str, Optional[str]]) -> Cluster
             problems.append(f"cluster.zone={spec.zone!r}: {shape.type} is sold only in {', '.join(shape.zones)}")
         elif shape.regions and region not in shape.regions:
             problems.append(f"{cloud}:region={region!r}: {shape.type} is sold only in {', '.join(shape.regions)}")
+    return problems
 
+
+def _size_and_id_problems(spec: ClusterSpec, rule: tiers.TierRule) -> list[str]:
+    """The node count against the tier's limit, then the image and subnet ids against the cloud's id formats."""
+    problems: list[str] = []
+    cloud = spec.cloud
     if spec.nodes > rule.max_nodes:
         problems.append(f"cluster.nodes={spec.nodes} exceeds tier {spec.tier}'s limit; allowed: 1-{rule.max_nodes}")
 
@@ -474,12 +519,13 @@ def _resolve(spec: ClusterSpec, regions: Mapping[str, Optional[str]]) -> Cluster
             where = "cluster.image_id" if field == "image_id" else "cluster.network.existing_subnet_id"
             what = "an image" if field == "image_id" else "a subnet"
             problems.append(f"{where}={value!r} is not {what} id of {cloud}; allowed: ids like {pat}")
+    return problems
 
-    problems += _tag_problems(cloud, spec.tags)
-    problems += _capacity_problems(spec, shape.type, region)
-    problems += profile.network_problems(spec)
 
-    d = rule.defaults
+def _storage_choices(spec: ClusterSpec, profile: clouds.CloudProfile, shape: Shape, d: tiers.TierDefaults,
+                     region: str, problems: list[str]) -> tuple[str, Optional[Lustre]]:
+    """The scratch kind and the Lustre file system (tier defaults filled in), checked; problems go to `problems`."""
+    cloud = spec.cloud
     storage = spec.storage
     scratch = storage.scratch or ("nvme" if shape.has_nvme else "none")
     if scratch == "nvme" and not shape.has_nvme:
@@ -497,7 +543,13 @@ def _resolve(spec: ClusterSpec, regions: Mapping[str, Optional[str]]) -> Cluster
             import_path=lustre.import_path,
         )
         problems += profile.lustre_problems(region, lustre)
+    return scratch, lustre
 
+
+def _snapshots(spec: ClusterSpec, profile: clouds.CloudProfile, d: tiers.TierDefaults,
+               problems: list[str]) -> Snapshots:
+    """The snapshot schedule (tier defaults filled in), checked; problems go to `problems`."""
+    cloud = spec.cloud
     snaps = Snapshots(
         every_hours=d.snapshot_every_hours if spec.snapshots.every_hours is None else spec.snapshots.every_hours,
         retain=d.snapshot_retain if spec.snapshots.retain is None else spec.snapshots.retain,
@@ -507,20 +559,26 @@ def _resolve(spec: ClusterSpec, regions: Mapping[str, Optional[str]]) -> Cluster
         problems.append(f"cluster.snapshots.every_hours={snaps.every_hours} is not a supported interval; "
                         f"allowed: {', '.join(map(str, intervals))}")
     problems += profile.snapshot_problems(snaps)
+    return snaps
 
+
+def _budget_problems(spec: ClusterSpec, profile: clouds.CloudProfile) -> list[str]:
+    """The budget's currency against the cloud's, then the cloud's own budget checks."""
+    problems: list[str] = []
+    cloud = spec.cloud
     budget = spec.budget
     currencies = catalog.limit(cloud, "budget_currencies")
     if budget.currency not in currencies:
         problems.append(f"cluster.budget.currency={budget.currency!r} is not a budget currency of {cloud}; "
                         f"allowed: {', '.join(currencies)}")
     problems += profile.budget_problems(budget)
-    problems += profile.storage_problems(spec, lustre)
-    problems += profile.stop_problems(spec, shape)
-    problems += profile.scheduler_problems(spec)
+    return problems
 
-    if problems:
-        raise SpecError(problems)
 
+def _purchase_notes(spec: ClusterSpec) -> list[str]:
+    """Notes on how the nodes are bought and on a subnet the cluster shares."""
+    notes: list[str] = []
+    cloud = spec.cloud
     if spec.purchase != "on_demand" and not catalog.limit(cloud, "spot"):
         notes.append(f"purchase={spec.purchase} on {cloud}: spot (SPOTPAID) is sold on the China site only; "
                      f"on an international-site account `pulumi up` will fail — use purchase: on_demand there")
@@ -529,7 +587,12 @@ def _resolve(spec: ClusterSpec, regions: Mapping[str, Optional[str]]) -> Cluster
     if spec.network.existing_subnet_id:
         notes.append(f"network.existing_subnet_id={spec.network.existing_subnet_id}: the cluster shares a subnet "
                      f"it did not create (\"shared vSwitch\"); the policy pack rejects this")
+    return notes
 
+
+def _filled_spec(spec: ClusterSpec, profile: clouds.CloudProfile, shape: Shape, d: tiers.TierDefaults,
+                 scratch: str, lustre: Optional[Lustre], snaps: Snapshots, notes: list[str]) -> ClusterSpec:
+    """The spec with every default filled in; the defaults chosen here are told in `notes`."""
     idle_stop = spec.idle_stop
     if ("idle_stop" not in spec.model_fields_set and spec.criticality == "experimental" and stoppable(spec)
             and profile.stopping_saves(shape)):
@@ -541,7 +604,8 @@ def _resolve(spec: ClusterSpec, regions: Mapping[str, Optional[str]]) -> Cluster
         scheduler = "none"
         notes.append(profile.no_slurm_note())
     network = profile.filled_network(spec.network)
-    filled = spec.model_copy(update={
+    storage = spec.storage
+    return spec.model_copy(update={
         "instance_type": shape.type,
         "network": network,
         "idle_stop": idle_stop,
@@ -553,9 +617,6 @@ def _resolve(spec: ClusterSpec, regions: Mapping[str, Optional[str]]) -> Cluster
         }),
         "snapshots": snaps,
     })
-    # What the cloud makes of this spec, said aloud.
-    notes += profile.notes(filled, shape)
-    return Cluster(spec=filled, region=region, shape=shape, notes=tuple(notes))
 
 
 DEFAULT_IDLE_PCT, DEFAULT_IDLE_MINUTES = 5, 60

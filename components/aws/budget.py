@@ -50,39 +50,23 @@ class Budget(pulumi.ComponentResource):
         super().__init__("gpu-cluster:aws:Budget", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
 
+        topic_arn = self._alert_topic(name, args, child)
+        budget = self._monthly_budget(name, args, child, topic_arn)
+        self.budget_name = budget.name
+        self.topic_arn = topic_arn
+        self.register_outputs({"budget_name": self.budget_name, "topic_arn": self.topic_arn})
+
+    @staticmethod
+    def _alert_topic(name: str, args: BudgetArgs, child: pulumi.ResourceOptions) -> pulumi.Output[str]:
+        """The alert topic, its access policy and its e-mail subscriptions; the topic's ARN as publishers
+        must name it."""
         topic_name = f"{name}-alerts"
         # No KMS on the topic: AWS Budgets cannot publish to a topic encrypted with the AWS-managed key.
         topic = aws.sns.Topic(topic_name, display_name=f"{name} budget and GPU alerts",
                               tags=tagged(args.tags, topic_name), opts=child)
         access = aws.sns.TopicPolicy(
             f"{name}-alerts-policy", arn=topic.arn,
-            policy=policy_output([
-                {
-                    "Sid": "AccountOwnerManages",
-                    "Effect": "Allow",
-                    "Principal": {"AWS": args.account_id},
-                    "Action": ["SNS:GetTopicAttributes", "SNS:SetTopicAttributes", "SNS:AddPermission",
-                               "SNS:RemovePermission", "SNS:DeleteTopic", "SNS:Subscribe",
-                               "SNS:ListSubscriptionsByTopic", "SNS:Publish"],
-                    "Resource": topic.arn,
-                },
-                {
-                    "Sid": "BudgetsPublish",
-                    "Effect": "Allow",
-                    "Principal": {"Service": "budgets.amazonaws.com"},
-                    "Action": "SNS:Publish",
-                    "Resource": topic.arn,
-                    "Condition": {"StringEquals": {"aws:SourceAccount": args.account_id}},
-                },
-                {
-                    "Sid": "CloudWatchAlarmsPublish",
-                    "Effect": "Allow",
-                    "Principal": {"Service": "cloudwatch.amazonaws.com"},
-                    "Action": "SNS:Publish",
-                    "Resource": topic.arn,
-                    "Condition": {"StringEquals": {"aws:SourceAccount": args.account_id}},
-                },
-            ]),
+            policy=policy_output(_topic_statements(topic.arn, args.account_id)),
             opts=child)
         # The topic as its publishers must name it: only once its policy lets Budgets and CloudWatch
         # publish (the ARN carries the policy as a dependency, so nothing that sends to it is created
@@ -92,7 +76,11 @@ class Budget(pulumi.ComponentResource):
             # Each address must confirm the subscription e-mail before it receives alerts.
             aws.sns.TopicSubscription(f"{name}-alerts-email-{i}", topic=topic.arn, protocol="email",
                                       endpoint=email, opts=child)
+        return topic_arn
 
+    @staticmethod
+    def _monthly_budget(name: str, args: BudgetArgs, child: pulumi.ResourceOptions,
+                        topic_arn: pulumi.Output[str]) -> aws.budgets.Budget:
         # The cost-allocation tag the filter needs is activated once per account, outside every
         # cluster stack (components/aws/notes.py says how): the provider's CostAllocationTag fails until
         # billing has seen the key, and its delete deactivates the key for every cluster of the account
@@ -109,7 +97,7 @@ class Budget(pulumi.ComponentResource):
                 threshold=100.0, **notify),
         ]
         budget_name = f"{name}-monthly"
-        budget = aws.budgets.Budget(
+        return aws.budgets.Budget(
             budget_name,
             name=budget_name,
             budget_type="COST",
@@ -122,6 +110,35 @@ class Budget(pulumi.ComponentResource):
             tags=tagged(args.tags, budget_name),
             opts=child,
         )
-        self.budget_name = budget.name
-        self.topic_arn = topic_arn
-        self.register_outputs({"budget_name": self.budget_name, "topic_arn": self.topic_arn})
+
+
+def _topic_statements(topic_arn: pulumi.Output[str], account_id: pulumi.Input[str]) -> list[dict]:
+    """The alert topic's access policy: the account manages it; Budgets and CloudWatch alarms publish to it
+    on the account's behalf only."""
+    return [
+        {
+            "Sid": "AccountOwnerManages",
+            "Effect": "Allow",
+            "Principal": {"AWS": account_id},
+            "Action": ["SNS:GetTopicAttributes", "SNS:SetTopicAttributes", "SNS:AddPermission",
+                       "SNS:RemovePermission", "SNS:DeleteTopic", "SNS:Subscribe",
+                       "SNS:ListSubscriptionsByTopic", "SNS:Publish"],
+            "Resource": topic_arn,
+        },
+        {
+            "Sid": "BudgetsPublish",
+            "Effect": "Allow",
+            "Principal": {"Service": "budgets.amazonaws.com"},
+            "Action": "SNS:Publish",
+            "Resource": topic_arn,
+            "Condition": {"StringEquals": {"aws:SourceAccount": account_id}},
+        },
+        {
+            "Sid": "CloudWatchAlarmsPublish",
+            "Effect": "Allow",
+            "Principal": {"Service": "cloudwatch.amazonaws.com"},
+            "Action": "SNS:Publish",
+            "Resource": topic_arn,
+            "Condition": {"StringEquals": {"aws:SourceAccount": account_id}},
+        },
+    ]

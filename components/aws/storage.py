@@ -101,9 +101,10 @@ class Storage(pulumi.ComponentResource):
             "head_volume_id": self.head_volume_id,
         })
 
-    def _lustre(self, name: str, args: StorageArgs, child: pulumi.ResourceOptions,
-                keep: pulumi.ResourceOptions) -> None:
-        lustre = args.lustre
+    @staticmethod
+    def _lustre_security_group(name: str, args: StorageArgs,
+                               child: pulumi.ResourceOptions) -> tuple[aws.ec2.SecurityGroup, list[pulumi.Resource]]:
+        """The file system's security group and every LNet rule it needs, on its group and on the nodes'."""
         sg_name = f"{name}-lustre"
         sg = aws.ec2.SecurityGroup(
             sg_name, vpc_id=args.vpc_id,
@@ -132,6 +133,12 @@ class Storage(pulumi.ComponentResource):
                 rule, security_group_id=args.node_security_group_id, referenced_security_group_id=sg.id,
                 ip_protocol="tcp", from_port=low, to_port=high, description=f"Lustre {ports} from the file system",
                 tags=tagged(args.tags, rule), opts=child))
+        return sg, rules
+
+    def _lustre(self, name: str, args: StorageArgs, child: pulumi.ResourceOptions,
+                keep: pulumi.ResourceOptions) -> None:
+        lustre = args.lustre
+        sg, rules = self._lustre_security_group(name, args, child)
 
         fs_name = f"{name}-lustre"
         # Encryption at rest is always on for FSx for Lustre persistent file systems (AWS-managed key

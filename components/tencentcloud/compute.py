@@ -141,53 +141,10 @@ class Compute(pulumi.ComponentResource):
         # (resource_tc_instance.go), which is why the spec refuses scratch: disk with spot.
         scratch = ([{"data_disk_type": "CLOUD_HSSD", "data_disk_size": args.scratch_disk_gb,
                      "delete_with_instance": True, "encrypt": True}] if args.scratch_disk_gb else None)
-        prepaid = args.capacity is not None and args.capacity.type == "prepaid"
-        offers = tencentcloud.instance.get_types_output(
-            filters=[{"name": "zone", "values": [args.zone]}, {"name": "instance-family", "values": [args.family]}],
-            cbs_filter={"disk_charge_type": "PREPAID" if prepaid else "POSTPAID_BY_HOUR", "disk_usage": "SYSTEM_DISK",
-                        "disk_types": list(SYSTEM_DISK_PREFERENCE)},
-            opts=pulumi.InvokeOutputOptions(parent=self))
-        system_disk = offers.instance_types.apply(
-            lambda found: system_disk_type(found, args.instance_type, args.zone, args.hpc))
+        system_disk = self._system_disk(args)
         self.node_ids, self.private_ips = [], []
         for i in range(args.nodes):
-            spot = node_is_spot(args.purchase, i)
-            node = tencentcloud.instance.Instance(
-                f"{prefix}-node-{i}",
-                instance_name=f"{prefix}-node-{i}",
-                hostname=f"{prefix}-{i}",
-                availability_zone=args.zone,
-                instance_type=args.instance_type,
-                image_id=args.image_id,
-                vpc_id=args.vpc_id,
-                subnet_id=args.subnet_id,
-                orderly_security_groups=[args.security_group_id],
-                allocate_public_ip=False,
-                system_disk_type=system_disk,
-                system_disk_size=args.root_gb,
-                data_disks=scratch,
-                hpc_cluster_id=self.hpc_cluster_id,
-                **charge(spot, args.capacity),
-                spot_instance_type="ONE-TIME" if spot else None,
-                spot_max_price=args.spot_max_price if spot else None,
-                # Termination protection on the on-demand nodes of a critical cluster: a spot node is
-                # reclaimed by the cloud whatever the flag says, and protecting it only blocks cleanup.
-                disable_api_termination=args.critical and not spot,
-                cam_role_name=args.cam_role_name,
-                user_data=args.user_data[i],
-                tags=tags,
-                # A node keeps the image and boot config it was created with: a newer public image (the
-                # default is looked up at every run) would reinstall a running GPU node in place, and
-                # cloud-init reads user data only at first boot anyway (resource_tc_instance.go Update:
-                # image_id → reinstall, user_data/user_data_raw → ModifyUserData). New nodes get the current
-                # ones; a replaced node keeps the state's, since the engine puts the old values of ignored
-                # properties back whenever there is a state (pulumi/pulumi step_generator.go,
-                # processIgnoreChanges), `pulumi up --replace` included. To move a node onto them, delete it
-                # and let the next `pulumi up` create it (`pulumi destroy --target <urn> --target-dependents`).
-                # userDataRaw stays ignored for nodes created before user data was compressed.
-                opts=pulumi.ResourceOptions(parent=self, ignore_changes=["imageId", "userDataRaw", "userData"],
-                                            depends_on=list(args.after)),
-            )
+            node = self._node(i, args, prefix, tags, scratch, system_disk)
             self.node_ids.append(node.id)
             self.private_ips.append(node.private_ip)
             if i < len(args.data_disk_ids):
@@ -198,3 +155,55 @@ class Compute(pulumi.ComponentResource):
 
         self.register_outputs({"node_ids": self.node_ids, "private_ips": self.private_ips,
                                "hpc_cluster_id": self.hpc_cluster_id})
+
+    def _system_disk(self, args: ComputeArgs) -> pulumi.Output[str]:
+        """The system disk type the shape takes in the zone, asked of the cloud (`system_disk_type`)."""
+        prepaid = args.capacity is not None and args.capacity.type == "prepaid"
+        offers = tencentcloud.instance.get_types_output(
+            filters=[{"name": "zone", "values": [args.zone]}, {"name": "instance-family", "values": [args.family]}],
+            cbs_filter={"disk_charge_type": "PREPAID" if prepaid else "POSTPAID_BY_HOUR", "disk_usage": "SYSTEM_DISK",
+                        "disk_types": list(SYSTEM_DISK_PREFERENCE)},
+            opts=pulumi.InvokeOutputOptions(parent=self))
+        return offers.instance_types.apply(
+            lambda found: system_disk_type(found, args.instance_type, args.zone, args.hpc))
+
+    def _node(self, i: int, args: ComputeArgs, prefix: str, tags: dict[str, str], scratch: Optional[list[dict]],
+              system_disk: pulumi.Output[str]) -> tencentcloud.instance.Instance:
+        """GPU node `i`."""
+        spot = node_is_spot(args.purchase, i)
+        return tencentcloud.instance.Instance(
+            f"{prefix}-node-{i}",
+            instance_name=f"{prefix}-node-{i}",
+            hostname=f"{prefix}-{i}",
+            availability_zone=args.zone,
+            instance_type=args.instance_type,
+            image_id=args.image_id,
+            vpc_id=args.vpc_id,
+            subnet_id=args.subnet_id,
+            orderly_security_groups=[args.security_group_id],
+            allocate_public_ip=False,
+            system_disk_type=system_disk,
+            system_disk_size=args.root_gb,
+            data_disks=scratch,
+            hpc_cluster_id=self.hpc_cluster_id,
+            **charge(spot, args.capacity),
+            spot_instance_type="ONE-TIME" if spot else None,
+            spot_max_price=args.spot_max_price if spot else None,
+            # Termination protection on the on-demand nodes of a critical cluster: a spot node is
+            # reclaimed by the cloud whatever the flag says, and protecting it only blocks cleanup.
+            disable_api_termination=args.critical and not spot,
+            cam_role_name=args.cam_role_name,
+            user_data=args.user_data[i],
+            tags=tags,
+            # A node keeps the image and boot config it was created with: a newer public image (the
+            # default is looked up at every run) would reinstall a running GPU node in place, and
+            # cloud-init reads user data only at first boot anyway (resource_tc_instance.go Update:
+            # image_id → reinstall, user_data/user_data_raw → ModifyUserData). New nodes get the current
+            # ones; a replaced node keeps the state's, since the engine puts the old values of ignored
+            # properties back whenever there is a state (pulumi/pulumi step_generator.go,
+            # processIgnoreChanges), `pulumi up --replace` included. To move a node onto them, delete it
+            # and let the next `pulumi up` create it (`pulumi destroy --target <urn> --target-dependents`).
+            # userDataRaw stays ignored for nodes created before user data was compressed.
+            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["imageId", "userDataRaw", "userData"],
+                                        depends_on=list(args.after)),
+        )

@@ -112,6 +112,18 @@ class Head(pulumi.ComponentResource):
         node_role = self._role(prefix, "node", "the GPU nodes", args, user, write=False, child=child)
         self.node_role_name = node_role
 
+        instance = self._instance(prefix, tags, args, head_role)
+        tencentcloud.cbs.StorageAttachment(f"{prefix}-head-data-attach", storage_id=args.data_disk_id,
+                                           instance_id=instance.id,
+                                           opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True))
+        self.instance = instance
+        self.instance_id, self.private_ip = instance.id, instance.private_ip
+        self.register_outputs({"instance_id": self.instance_id, "private_ip": self.private_ip,
+                               "node_role_name": self.node_role_name})
+
+    def _instance(self, prefix: str, tags: dict[str, str], args: HeadArgs,
+                  head_role: pulumi.Output[str]) -> tencentcloud.instance.Instance:
+        """The head node's CVM instance, booting slurmctld with its state disk (and /lustre)."""
         offers = tencentcloud.instance.get_types_output(
             filters=[{"name": "zone", "values": [args.zone]}, {"name": "instance-family", "values": [HEAD_FAMILY]}],
             cbs_filter={"disk_charge_type": "POSTPAID_BY_HOUR", "disk_usage": "SYSTEM_DISK",
@@ -120,7 +132,7 @@ class Head(pulumi.ComponentResource):
         user_data = pulumi.Output.all(args.slurm, args.lustre_source, args.data_disk_id).apply(
             lambda v: boot.user_data(head_boot_config(v[0], lustre=boot.lustre_mount(v[1]),
                                                       data_disk=boot.data_disk(v[2])), f"head node {prefix}-head"))
-        instance = tencentcloud.instance.Instance(
+        return tencentcloud.instance.Instance(
             f"{prefix}-head",
             instance_name=f"{prefix}-head",
             hostname=f"{prefix}-head",
@@ -151,13 +163,6 @@ class Head(pulumi.ComponentResource):
             # only once the old head node is gone.
             opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True, ignore_changes=["imageId"],
                                         depends_on=list(args.after)))
-        tencentcloud.cbs.StorageAttachment(f"{prefix}-head-data-attach", storage_id=args.data_disk_id,
-                                           instance_id=instance.id,
-                                           opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True))
-        self.instance = instance
-        self.instance_id, self.private_ip = instance.id, instance.private_ip
-        self.register_outputs({"instance_id": self.instance_id, "private_ip": self.private_ip,
-                               "node_role_name": self.node_role_name})
 
     def _role(self, prefix: str, who: str, what: str, args: HeadArgs, user, write: bool,
               child: pulumi.ResourceOptions) -> pulumi.Output[str]:

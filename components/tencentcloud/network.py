@@ -76,43 +76,62 @@ class Network(pulumi.ComponentResource):
         self.shared_subnet = args.existing_subnet_id is not None
 
         if args.existing_subnet_id:
-            found = tencentcloud.vpc.get_subnets_output(subnet_id=args.existing_subnet_id,
-                                                        opts=pulumi.InvokeOutputOptions(parent=self))
-            subnet = found.instance_lists.apply(lambda subnets: _the_subnet(args.existing_subnet_id, subnets))
-            self.vpc_id = subnet.vpc_id
-            self.subnet_id = pulumi.Output.from_input(args.existing_subnet_id)
-            self.subnet_cidr = subnet.cidr_block
-            flow_log_target = ("SUBNET", self.subnet_id)
-            self.ready = []
+            flow_log_target = self._use_existing_subnet(args)
         else:
-            vpc = tencentcloud.vpc.Instance(f"{prefix}-vpc", name=prefix, cidr_block=str(args.cidr),
-                                            tags=tags, opts=child)
-            # Egress only: a standard NAT gateway (5000 Mbps; the traditional product defaults to 100)
-            # with as many traffic-billed EIPs as the egress bandwidth needs, routed from the cluster
-            # subnet's own table (the VPC's default table is left alone for other subnets).
-            eips = [tencentcloud.eip.Instance(
-                f"{prefix}-nat-eip" if i == 0 else f"{prefix}-nat-eip-{i}", name=f"{prefix}-nat-{i}",
-                internet_charge_type="TRAFFIC_POSTPAID_BY_HOUR", internet_max_bandwidth_out=mbps,
-                tags=tags, opts=child) for i, mbps in enumerate(eip_bandwidths(args.egress_mbps))]
-            nat = tencentcloud.nat.Gateway(f"{prefix}-nat", name=prefix, vpc_id=vpc.id, zone=args.zone,
-                                           nat_product_version=STANDARD_NAT,
-                                           assigned_eip_sets=[eip.public_ip for eip in eips], tags=tags,
-                                           opts=child)
-            routes = tencentcloud.route.Table(f"{prefix}-routes", name=prefix, vpc_id=vpc.id, tags=tags,
-                                              opts=child)
-            egress = tencentcloud.route.TableEntry(f"{prefix}-egress", route_table_id=routes.id,
-                                                   destination_cidr_block="0.0.0.0/0", next_type="NAT",
-                                                   next_hub=nat.id, description="internet egress via NAT",
-                                                   opts=child)
-            self.ready = [egress]
-            subnet_cidr = node_subnet(args.cidr)
-            subnet = tencentcloud.subnet.Instance(f"{prefix}-subnet", name=prefix, vpc_id=vpc.id,
-                                                  availability_zone=args.zone, cidr_block=str(subnet_cidr),
-                                                  route_table_id=routes.id, tags=tags, opts=child)
-            self.vpc_id, self.subnet_id = vpc.id, subnet.id
-            self.subnet_cidr = pulumi.Output.from_input(str(subnet_cidr))
-            flow_log_target = ("VPC", vpc.id)
+            flow_log_target = self._create_vpc(args, prefix, tags, child)
+        self._security_group(args, prefix, tags, child)
+        if args.flow_logs:
+            self._flow_logs(args, prefix, tags, child, flow_log_target)
 
+        self.register_outputs({"vpc_id": self.vpc_id, "subnet_id": self.subnet_id, "subnet_cidr": self.subnet_cidr,
+                               "security_group_id": self.security_group_id})
+
+    def _use_existing_subnet(self, args: NetworkArgs) -> tuple[str, pulumi.Output[str]]:
+        """Look up the stack file's subnet and its VPC; the flow log target is the subnet."""
+        found = tencentcloud.vpc.get_subnets_output(subnet_id=args.existing_subnet_id,
+                                                    opts=pulumi.InvokeOutputOptions(parent=self))
+        subnet = found.instance_lists.apply(lambda subnets: _the_subnet(args.existing_subnet_id, subnets))
+        self.vpc_id = subnet.vpc_id
+        self.subnet_id = pulumi.Output.from_input(args.existing_subnet_id)
+        self.subnet_cidr = subnet.cidr_block
+        flow_log_target = ("SUBNET", self.subnet_id)
+        self.ready = []
+        return flow_log_target
+
+    def _create_vpc(self, args: NetworkArgs, prefix: str, tags: dict[str, str],
+                    child: pulumi.ResourceOptions) -> tuple[str, pulumi.Output[str]]:
+        """The cluster's own VPC, NAT egress and subnet; the flow log target is the VPC."""
+        vpc = tencentcloud.vpc.Instance(f"{prefix}-vpc", name=prefix, cidr_block=str(args.cidr),
+                                        tags=tags, opts=child)
+        # Egress only: a standard NAT gateway (5000 Mbps; the traditional product defaults to 100)
+        # with as many traffic-billed EIPs as the egress bandwidth needs, routed from the cluster
+        # subnet's own table (the VPC's default table is left alone for other subnets).
+        eips = [tencentcloud.eip.Instance(
+            f"{prefix}-nat-eip" if i == 0 else f"{prefix}-nat-eip-{i}", name=f"{prefix}-nat-{i}",
+            internet_charge_type="TRAFFIC_POSTPAID_BY_HOUR", internet_max_bandwidth_out=mbps,
+            tags=tags, opts=child) for i, mbps in enumerate(eip_bandwidths(args.egress_mbps))]
+        nat = tencentcloud.nat.Gateway(f"{prefix}-nat", name=prefix, vpc_id=vpc.id, zone=args.zone,
+                                       nat_product_version=STANDARD_NAT,
+                                       assigned_eip_sets=[eip.public_ip for eip in eips], tags=tags,
+                                       opts=child)
+        routes = tencentcloud.route.Table(f"{prefix}-routes", name=prefix, vpc_id=vpc.id, tags=tags,
+                                          opts=child)
+        egress = tencentcloud.route.TableEntry(f"{prefix}-egress", route_table_id=routes.id,
+                                               destination_cidr_block="0.0.0.0/0", next_type="NAT",
+                                               next_hub=nat.id, description="internet egress via NAT",
+                                               opts=child)
+        self.ready = [egress]
+        subnet_cidr = node_subnet(args.cidr)
+        subnet = tencentcloud.subnet.Instance(f"{prefix}-subnet", name=prefix, vpc_id=vpc.id,
+                                              availability_zone=args.zone, cidr_block=str(subnet_cidr),
+                                              route_table_id=routes.id, tags=tags, opts=child)
+        self.vpc_id, self.subnet_id = vpc.id, subnet.id
+        self.subnet_cidr = pulumi.Output.from_input(str(subnet_cidr))
+        flow_log_target = ("VPC", vpc.id)
+        return flow_log_target
+
+    def _security_group(self, args: NetworkArgs, prefix: str, tags: dict[str, str],
+                        child: pulumi.ResourceOptions) -> None:
         group = tencentcloud.security.Group(f"{prefix}-sg", name=prefix, tags=tags,
                                             description=f"gpu-cluster {prefix}: members talk freely; nothing else in",
                                             opts=child)
@@ -131,24 +150,22 @@ class Network(pulumi.ComponentResource):
             opts=child))
         self.security_group_id = group.id
 
+    def _flow_logs(self, args: NetworkArgs, prefix: str, tags: dict[str, str], child: pulumi.ResourceOptions,
+                   flow_log_target: tuple[str, pulumi.Output[str]]) -> None:
         # Flow logs into a CLS topic, only when the account can have them: CreateFlowLog takes VPC and SUBNET
         # (and CCN, DCG) only from accounts Tencent has allowlisted by ticket ("当选择VPC，SUBNET，CCN，DCG时，
         # 请通过工单加入白名单": vendored tencentcloud-sdk-go vpc/v20170312 CreateFlowLogRequestParams,
         # provider v1.82.42), and its Flow Logs pages say NAT gateway flow logs are in beta behind a ticket
         # too (cloud.tencent.com/document/product/682/19260). Created by default it would fail most
         # accounts' first `pulumi up` (the plan says so; network.flow_logs turns it on).
-        if args.flow_logs:
-            logset = tencentcloud.cls.Logset(f"{prefix}-logs", logset_name=prefix, tags=tags, opts=child)
-            topic = tencentcloud.cls.Topic(f"{prefix}-flow-logs", logset_id=logset.id,
-                                           topic_name=f"{prefix}-flow-logs", period=args.flow_log_days, tags=tags,
-                                           opts=child)
-            resource_type, resource_id = flow_log_target
-            tencentcloud.vpc.FlowLog(f"{prefix}-flow-log", flow_log_name=prefix, resource_type=resource_type,
-                                     resource_id=resource_id, vpc_id=self.vpc_id, traffic_type="ALL",
-                                     storage_type="cls", cloud_log_id=topic.id, tags=tags, opts=child)
-
-        self.register_outputs({"vpc_id": self.vpc_id, "subnet_id": self.subnet_id, "subnet_cidr": self.subnet_cidr,
-                               "security_group_id": self.security_group_id})
+        logset = tencentcloud.cls.Logset(f"{prefix}-logs", logset_name=prefix, tags=tags, opts=child)
+        topic = tencentcloud.cls.Topic(f"{prefix}-flow-logs", logset_id=logset.id,
+                                       topic_name=f"{prefix}-flow-logs", period=args.flow_log_days, tags=tags,
+                                       opts=child)
+        resource_type, resource_id = flow_log_target
+        tencentcloud.vpc.FlowLog(f"{prefix}-flow-log", flow_log_name=prefix, resource_type=resource_type,
+                                 resource_id=resource_id, vpc_id=self.vpc_id, traffic_type="ALL",
+                                 storage_type="cls", cloud_log_id=topic.id, tags=tags, opts=child)
 
 
 def _the_subnet(subnet_id: str, subnets: list) -> object:

@@ -16,6 +16,12 @@ if TYPE_CHECKING:
 
 
 def notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
+    return (_shape_and_network_notes(spec, shape) + _image_notes(spec, shape) + _account_notes(spec)
+            + _criticality_and_lustre_notes(spec) + slurm_notes(spec) + cost_control_notes(spec, shape))
+
+
+def _shape_and_network_notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
+    """What the shape is and what Tencent must enable for it and for the flow logs."""
     out = []
     if spec.tier == "large" and shape.gpu not in H100_COMPUTE:
         out.append(
@@ -35,6 +41,12 @@ def notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
     if shape.hpc:
         out.append(f"{shape.type} is an HCC shape sold to accounts Tencent enables for it (imroc/tke-guide, a Tencent "
                    f"engineer's guide): have it enabled for the account before `pulumi up`")
+    return out
+
+
+def _image_notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
+    """What the public image installs at boot, or what the stack file's own image must carry."""
+    out = []
     if spec.image_id is None:
         out.append("image: the newest public TencentOS Server 3.1 (TK4) image compatible with the shape (on the CFS "
                    "Turbo client's compatibility list); the NVIDIA driver, CUDA and cuDNN are installed at first boot "
@@ -54,6 +66,12 @@ def notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
                        f"nvidia-fabricmanager of exactly its driver's version, enabled; the boot installs neither "
                        f"on your own image (Tencent documentation, \"Installing nvidia-fabricmanager on GPU "
                        f"instances\": without it \"GPU instances cannot be used properly\")")
+    return out
+
+
+def _account_notes(spec: "ClusterSpec") -> list[str]:
+    """Alarms, services to activate and the budget's tag: what the account must have."""
+    out = []
     out.append("alarms: Tencent Cloud sends them to CAM users only, so every budget.emails address must belong to a CAM "
                "user of the account (checked at `pulumi up`); budget reminders go to the account's message-center "
                "subscribers for budgets (billing.Budget has no receiver)")
@@ -79,6 +97,12 @@ def notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
                f"only once its key is a cost allocation tag (Billing Center, Cost Allocation Tags: tencentcloud.com/"
                f"document/product/555/32276); set gpu-cluster:name as one once per account, or the budget counts "
                f"nothing and never reminds")
+    return out
+
+
+def _criticality_and_lustre_notes(spec: "ClusterSpec") -> list[str]:
+    """What termination protection and the CFS Turbo file system mean for later changes."""
+    out = []
     if spec.criticality == "critical":
         out.append("criticality: critical — the on-demand GPU nodes are termination-protected, and the provider "
                    "(v1.82.42, resourceTencentCloudInstanceDelete) terminates without lifting that: `pulumi destroy`, "
@@ -100,7 +124,7 @@ def notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
                    "file system takes is unconfirmed, so set TENCENTCLOUD_READ_RETRY_TIMEOUT=10 (30 minutes; it "
                    "lengthens the provider's other read retries too) before the first `pulumi up`, or, if it stops "
                    "while the file system is still creating, run `pulumi up --refresh` once it is available")
-    return out + slurm_notes(spec) + cost_control_notes(spec, shape)
+    return out
 
 
 def slurm_notes(spec: "ClusterSpec") -> list[str]:

@@ -45,58 +45,84 @@ def scheduled_hours(plan: Plan) -> tuple[Optional[float], Optional[set[str]]]:
 
 
 def _lines(p: Pricer, plan: Plan) -> None:
+    templates = _launch_templates(plan)
+    hours, scheduled_ids = scheduled_hours(plan)
+    p.scheduled_hours = hours
+    _instance_lines(p, plan, templates, hours, scheduled_ids)
+    _bought_block_lines(p, plan)
+    _storage_and_network_lines(p, plan)
+
+
+def _launch_templates(plan: Plan) -> dict[str, Resource]:
+    """The plan's launch templates by every name an instance may give them: id, output id, name."""
     templates = {}
     for lt in plan.of_type(AWS_LAUNCH_TEMPLATE):
         for key in (lt.id, lt.outputs.get("id"), lt.name):
             if key:
                 templates[key] = lt
+    return templates
 
-    def template_of(r: Resource) -> Optional[Resource]:
-        ref = r.props.get("launchTemplate") or {}
-        return templates.get(ref.get("id")) or templates.get(ref.get("name")) if isinstance(ref, dict) else None
 
-    def root_disks(lt: Optional[Resource], r: Resource, count: int) -> None:
-        for bdm in (lt.props.get("blockDeviceMappings") or []) if lt else []:
-            ebs = bdm.get("ebs") or {}
-            size = number(ebs.get("volumeSize"))
-            if size:
-                p.add(f"EBS {ebs.get('volumeType') or 'gp3'} {bdm.get('deviceName', '')} {size:.0f} GB × {count}", r,
-                      "ebs_gb_month", ebs.get("volumeType") or "gp3", size * count, "GB-month")
+def _template_of(templates: dict[str, Resource], r: Resource) -> Optional[Resource]:
+    ref = r.props.get("launchTemplate") or {}
+    return templates.get(ref.get("id")) or templates.get(ref.get("name")) if isinstance(ref, dict) else None
 
-    hours, scheduled_ids = scheduled_hours(plan)
-    p.scheduled_hours = hours
+
+def _root_disks(p: Pricer, lt: Optional[Resource], r: Resource, count: int) -> None:
+    for bdm in (lt.props.get("blockDeviceMappings") or []) if lt else []:
+        ebs = bdm.get("ebs") or {}
+        size = number(ebs.get("volumeSize"))
+        if size:
+            p.add(f"EBS {ebs.get('volumeType') or 'gp3'} {bdm.get('deviceName', '')} {size:.0f} GB × {count}", r,
+                  "ebs_gb_month", ebs.get("volumeType") or "gp3", size * count, "GB-month")
+
+
+def _instance_lines(p: Pricer, plan: Plan, templates: dict[str, Resource], hours: Optional[float],
+                    scheduled_ids: Optional[set[str]]) -> None:
+    """Every instance: its node line (on demand, spot or in a Capacity Block) and its root disk."""
     blocks = [number((b.props.get("tags") or {}).get(BLOCK_HOURS_TAG)) for b in plan.of_type(AWS_BLOCK)]
     block_hours = next((h for h in blocks if h), None)
     for r in plan.of_type(AWS_INSTANCE):
-        lt = template_of(r)
+        lt = _template_of(templates, r)
         itype = r.props.get("instanceType") or (lt.props.get("instanceType") if lt else None)
         market = (r.props.get("instanceMarketOptions") or {}).get("marketType") or (
             ((lt.props.get("instanceMarketOptions") or {}).get("marketType")) if lt else None)
         if market == "capacity-block":
-            hours_here = number((r.props.get("tags") or {}).get(BLOCK_HOURS_TAG)) or block_hours
-            if hours_here:
-                block_hours = hours_here
-                month_hours = min(block_hours, HOURS_PER_MONTH)
-                p.reserved_node(r, "capacity_block", itype, "capacity_block_hour", month_hours,
-                                "instance-hour", f"paid up front for the whole block: {block_hours:.0f} h"
-                                + (f", {HOURS_PER_MONTH} h of it a month" if block_hours > HOURS_PER_MONTH else ""),
-                                hours=month_hours)
-            else:
-                p.cost.items.append(LineItem(
-                    item=f"GPU node {itype} (capacity_block)", urn=r.urn, quantity=0, unit="instance-hour",
-                    unit_price=None, monthly=None, source="a Capacity Block bought outside this stack",
-                    note="unpriced: paid when the block was bought"))
+            block_hours = _capacity_block_node(p, r, itype, block_hours)
         else:
             mine = scheduled_ids is None or bool({r.id, r.outputs.get("id")} & scheduled_ids)
             p.node(r, itype, 1, market == "spot", hours if mine else None)
         if lt is not None:
-            root_disks(lt, r, 1)
+            _root_disks(p, lt, r, 1)
         else:
             root = r.props.get("rootBlockDevice") or {}
             size = number(root.get("volumeSize")) if isinstance(root, dict) else None
             if size:
                 vtype = root.get("volumeType") or "gp3"
                 p.add(f"EBS {vtype} root of {r.name} {size:.0f} GB", r, "ebs_gb_month", vtype, size, "GB-month")
+
+
+def _capacity_block_node(p: Pricer, r: Resource, itype: Optional[str],
+                         block_hours: Optional[float]) -> Optional[float]:
+    """The line of a node in a Capacity Block; the block's hours as the next node should see them."""
+    hours_here = number((r.props.get("tags") or {}).get(BLOCK_HOURS_TAG)) or block_hours
+    if hours_here:
+        block_hours = hours_here
+        month_hours = min(block_hours, HOURS_PER_MONTH)
+        p.reserved_node(r, "capacity_block", itype, "capacity_block_hour", month_hours,
+                        "instance-hour", f"paid up front for the whole block: {block_hours:.0f} h"
+                        + (f", {HOURS_PER_MONTH} h of it a month" if block_hours > HOURS_PER_MONTH else ""),
+                        hours=month_hours)
+    else:
+        p.cost.items.append(LineItem(
+            item=f"GPU node {itype} (capacity_block)", urn=r.urn, quantity=0, unit="instance-hour",
+            unit_price=None, monthly=None, source="a Capacity Block bought outside this stack",
+            note="unpriced: paid when the block was bought"))
+    return block_hours
+
+
+def _bought_block_lines(p: Pricer, plan: Plan) -> None:
+    """Capacity Blocks no instance runs in yet, each node of them paid in full this month."""
     in_blocks = any(((r.props.get("instanceMarketOptions") or {}).get("marketType")) == "capacity-block"
                     for r in plan.of_type(AWS_INSTANCE))
     for b in plan.of_type(AWS_BLOCK) if not in_blocks else []:
@@ -109,6 +135,9 @@ def _lines(p: Pricer, plan: Plan) -> None:
                 p.reserved_node(b, "capacity_block", tags.get(BLOCK_SHAPE_TAG), "capacity_block_hour", hours,
                                 "instance-hour", f"bought by this update, all {hours:.0f} h paid up front this "
                                 f"month; the nodes launch once it starts", hours=hours)
+
+
+def _storage_and_network_lines(p: Pricer, plan: Plan) -> None:
     for r in plan.of_type(AWS_VOLUME):
         size = number(r.props.get("size")) or 0
         vtype = r.props.get("type") or "gp3"

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 from gpu_cluster.prices import NO_KEY
@@ -49,53 +50,82 @@ def fetch(clients: dict[str, Any], region: str, zone: str, image_id: str, curren
     from tencentcloud.cvm.v20170312 import models as cvm_models
     from tencentcloud.vpc.v20170312 import models as vpc_models
 
-    items: list[CacheItem] = []
-    problems: list[str] = []
-
-    def keep(item: str, key: str, unit: str, value: float, source: str, note: str = "") -> None:
-        items.append(CacheItem(cloud="tencentcloud", item=item, key=key, region=region, price=round(value, 8),
-                               currency=currency, unit=unit, source=source, fetched_at=fetched_at, note=note))
-
+    quotes = _Quotes(region=region, currency=currency, fetched_at=fetched_at)
     for itype in instance_types:
-        req = cvm_models.InquiryPriceRunInstancesRequest()
-        req.from_json_string(json.dumps({
-            "Placement": {"Zone": zone}, "ImageId": image_id, "InstanceChargeType": "POSTPAID_BY_HOUR",
-            "InstanceType": itype, "SystemDisk": {"DiskType": "CLOUD_PREMIUM", "DiskSize": 50}, "InstanceCount": 1}))
-        try:
-            resp = clients["cvm"].InquiryPriceRunInstances(req)
-        except TencentCloudSDKException as e:
-            problems.append(f"tencentcloud instance {itype} in {zone}: InquiryPriceRunInstances failed: "
-                            f"{e.get_code()}: {e.get_message()}")
-            continue
-        price = resp.Price.InstancePrice if resp.Price else None
-        value = _discounted(price)
-        unit = getattr(price, "ChargeUnit", None)
-        if value is None or unit != "HOUR":
-            problems.append(f"tencentcloud instance {itype} in {zone}: InquiryPriceRunInstances gave no hourly "
-                            f"price (ChargeUnit {unit!r})")
-            continue
-        keep("instance", itype, "hour", value,
-             f"Tencent CVM InquiryPriceRunInstances {zone} POSTPAID_BY_HOUR RequestId {resp.RequestId}",
-             note=f"quoted in {zone}, with a 50 GB CLOUD_PREMIUM system disk")
-
+        _quote_instance(quotes, clients, zone, image_id, itype, cvm_models, TencentCloudSDKException)
     for dtype in disk_types:
-        req = cbs_models.InquiryPriceCreateDisksRequest()
-        req.from_json_string(json.dumps({"DiskType": dtype, "DiskChargeType": "POSTPAID_BY_HOUR",
-                                         "DiskSize": DISK_PROBE_GB, "DiskCount": 1}))
-        try:
-            resp = clients["cbs"].InquiryPriceCreateDisks(req)
-        except TencentCloudSDKException as e:
-            problems.append(f"tencentcloud CBS {dtype} in {region}: InquiryPriceCreateDisks failed: "
-                            f"{e.get_code()}: {e.get_message()}")
-            continue
-        value = _discounted(resp.DiskPrice)
-        if value is None or getattr(resp.DiskPrice, "ChargeUnit", None) != "HOUR":
-            problems.append(f"tencentcloud CBS {dtype} in {region}: InquiryPriceCreateDisks gave no hourly price")
-            continue
-        keep("cbs_gb_month", dtype, "GB-month", value / DISK_PROBE_GB * HOURS_PER_MONTH,
-             f"Tencent CBS InquiryPriceCreateDisks {region} {dtype} POSTPAID_BY_HOUR {DISK_PROBE_GB} GB "
-             f"RequestId {resp.RequestId}", note=f"{value:g} per hour for {DISK_PROBE_GB} GB, × 730 h")
+        _quote_disk(quotes, clients, dtype, cbs_models, TencentCloudSDKException)
+    _quote_eip(quotes, clients, vpc_models, TencentCloudSDKException)
+    quotes.problems.append(f"tencentcloud CFS Turbo and NAT gateway in {region}: no inquiry API in the SDK; "
+                           f"priced from the catalog or a price file")
+    return quotes.items, quotes.problems
 
+
+@dataclass
+class _Quotes:
+    """What `fetch` has so far: the cache items of `region` and one sentence per failed item."""
+    region: str
+    currency: str
+    fetched_at: Any
+    items: list[CacheItem] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def keep(self, item: str, key: str, unit: str, value: float, source: str, note: str = "") -> None:
+        self.items.append(CacheItem(cloud="tencentcloud", item=item, key=key, region=self.region,
+                                    price=round(value, 8), currency=self.currency, unit=unit, source=source,
+                                    fetched_at=self.fetched_at, note=note))
+
+
+def _quote_instance(quotes: _Quotes, clients: dict[str, Any], zone: str, image_id: str, itype: str,
+                    cvm_models: Any, sdk_error: type[Exception]) -> None:
+    """The hourly price of one instance type, quoted in `zone` (CVM InquiryPriceRunInstances)."""
+    req = cvm_models.InquiryPriceRunInstancesRequest()
+    req.from_json_string(json.dumps({
+        "Placement": {"Zone": zone}, "ImageId": image_id, "InstanceChargeType": "POSTPAID_BY_HOUR",
+        "InstanceType": itype, "SystemDisk": {"DiskType": "CLOUD_PREMIUM", "DiskSize": 50}, "InstanceCount": 1}))
+    try:
+        resp = clients["cvm"].InquiryPriceRunInstances(req)
+    except sdk_error as e:
+        quotes.problems.append(f"tencentcloud instance {itype} in {zone}: InquiryPriceRunInstances failed: "
+                               f"{e.get_code()}: {e.get_message()}")
+        return
+    price = resp.Price.InstancePrice if resp.Price else None
+    value = _discounted(price)
+    unit = getattr(price, "ChargeUnit", None)
+    if value is None or unit != "HOUR":
+        quotes.problems.append(f"tencentcloud instance {itype} in {zone}: InquiryPriceRunInstances gave no hourly "
+                               f"price (ChargeUnit {unit!r})")
+        return
+    quotes.keep("instance", itype, "hour", value,
+                f"Tencent CVM InquiryPriceRunInstances {zone} POSTPAID_BY_HOUR RequestId {resp.RequestId}",
+                note=f"quoted in {zone}, with a 50 GB CLOUD_PREMIUM system disk")
+
+
+def _quote_disk(quotes: _Quotes, clients: dict[str, Any], dtype: str, cbs_models: Any,
+                sdk_error: type[Exception]) -> None:
+    """The GB-month price of one CBS disk type (CBS InquiryPriceCreateDisks)."""
+    region = quotes.region
+    req = cbs_models.InquiryPriceCreateDisksRequest()
+    req.from_json_string(json.dumps({"DiskType": dtype, "DiskChargeType": "POSTPAID_BY_HOUR",
+                                     "DiskSize": DISK_PROBE_GB, "DiskCount": 1}))
+    try:
+        resp = clients["cbs"].InquiryPriceCreateDisks(req)
+    except sdk_error as e:
+        quotes.problems.append(f"tencentcloud CBS {dtype} in {region}: InquiryPriceCreateDisks failed: "
+                               f"{e.get_code()}: {e.get_message()}")
+        return
+    value = _discounted(resp.DiskPrice)
+    if value is None or getattr(resp.DiskPrice, "ChargeUnit", None) != "HOUR":
+        quotes.problems.append(f"tencentcloud CBS {dtype} in {region}: InquiryPriceCreateDisks gave no hourly price")
+        return
+    quotes.keep("cbs_gb_month", dtype, "GB-month", value / DISK_PROBE_GB * HOURS_PER_MONTH,
+                f"Tencent CBS InquiryPriceCreateDisks {region} {dtype} POSTPAID_BY_HOUR {DISK_PROBE_GB} GB "
+                f"RequestId {resp.RequestId}", note=f"{value:g} per hour for {DISK_PROBE_GB} GB, × 730 h")
+
+
+def _quote_eip(quotes: _Quotes, clients: dict[str, Any], vpc_models: Any, sdk_error: type[Exception]) -> None:
+    """The per-GB price of EIP traffic (VPC InquiryPriceAllocateAddresses)."""
+    region = quotes.region
     req = vpc_models.InquiryPriceAllocateAddressesRequest()
     req.from_json_string(json.dumps({"InternetChargeType": "TRAFFIC_POSTPAID_BY_HOUR", "InternetMaxBandwidthOut": 100}))
     try:
@@ -103,17 +133,14 @@ def fetch(clients: dict[str, Any], region: str, zone: str, image_id: str, curren
         detail = resp.Price.AddressPrice if resp.Price else None
         value = None if detail is None else (detail.UnitPrice if detail.UnitPrice is not None else detail.DiscountPrice)
         if value is None:
-            problems.append(f"tencentcloud EIP traffic in {region}: InquiryPriceAllocateAddresses gave no unit price")
+            quotes.problems.append(f"tencentcloud EIP traffic in {region}: InquiryPriceAllocateAddresses gave no unit price")
         else:
-            keep("eip_traffic_gb", NO_KEY, "GB", float(value),
-                 f"Tencent VPC InquiryPriceAllocateAddresses {region} TRAFFIC_POSTPAID_BY_HOUR RequestId {resp.RequestId}",
-                 note=f"ChargeUnit {detail.ChargeUnit}")
-    except TencentCloudSDKException as e:
-        problems.append(f"tencentcloud EIP traffic in {region}: InquiryPriceAllocateAddresses failed: "
-                        f"{e.get_code()}: {e.get_message()}")
-    problems.append(f"tencentcloud CFS Turbo and NAT gateway in {region}: no inquiry API in the SDK; "
-                    f"priced from the catalog or a price file")
-    return items, problems
+            quotes.keep("eip_traffic_gb", NO_KEY, "GB", float(value),
+                        f"Tencent VPC InquiryPriceAllocateAddresses {region} TRAFFIC_POSTPAID_BY_HOUR RequestId {resp.RequestId}",
+                        note=f"ChargeUnit {detail.ChargeUnit}")
+    except sdk_error as e:
+        quotes.problems.append(f"tencentcloud EIP traffic in {region}: InquiryPriceAllocateAddresses failed: "
+                               f"{e.get_code()}: {e.get_message()}")
 
 
 def clients(region: str, secret_id: Optional[str] = None, secret_key: Optional[str] = None) -> dict[str, Any]:

@@ -335,117 +335,156 @@ def _tc_lite_source(view: StackView, templates: _Templates, res: Any, text: str)
 def _collect(view: StackView) -> tuple[dict[Any, tuple[bool, list[_Rule]]], list[tuple[str, str]]]:
     """Ingress rules grouped by what they belong to (security group or network ACL) → (ordered?, rules);
     and the resources open by construction (urn, why)."""
-    groups: dict[Any, tuple[bool, list[_Rule]]] = {}
-    direct: list[tuple[str, str]] = []
-    templates = _Templates(view)
+    collector = _Collector(view)
+    for pos, res in enumerate(view.resources):
+        read = collector.readers.get(res.resource_type)
+        if read is not None:
+            read(pos, res)
+    return collector.groups, collector.direct
 
-    def group_of(res: Any, prop: str, types: tuple[str, ...]) -> Any:
-        ref = view.ref(res, prop, types, keys=("id",))
+
+class _Collector:
+    """What `_collect` gathers, one reader per resource type that lets traffic in; each reader files the
+    resource's ingress rules in stack order."""
+
+    def __init__(self, view: StackView) -> None:
+        self.view = view
+        self.groups: dict[Any, tuple[bool, list[_Rule]]] = {}
+        self.direct: list[tuple[str, str]] = []
+        self.templates = _Templates(view)
+        self.readers = {
+            AWS_SG: self._aws_sg, AWS_DEFAULT_SG: self._aws_sg,
+            AWS_SG_RULE: self._aws_sg_rule,
+            AWS_SG_INGRESS: self._aws_sg_ingress,
+            AWS_NACL: self._aws_nacl, AWS_DEFAULT_NACL: self._aws_nacl,
+            AWS_NACL_RULE: self._aws_nacl_rule,
+            TC_SG_RULE: self._tc_sg_rule,
+            TC_SG_RULE_SET: self._tc_sg_rule_set,
+            TC_SG_LITE: self._tc_lite, TC_ACL: self._tc_lite,
+            AWS_NODE_GROUP: self._aws_node_group,
+        }
+
+    def group_of(self, res: Any, prop: str, types: tuple[str, ...]) -> Any:
+        ref = self.view.ref(res, prop, types, keys=("id",))
         if ref.resource is not None:
             return ref.resource.urn
         return ("id", ref.outside) if ref.outside is not None else res.urn
 
-    def add(key: Any, ordered: bool, rule: _Rule) -> None:
-        groups.setdefault(key, (ordered, []))[1].append(rule)
+    def add(self, key: Any, ordered: bool, rule: _Rule) -> None:
+        self.groups.setdefault(key, (ordered, []))[1].append(rule)
 
-    for pos, res in enumerate(view.resources):
-        t, p, urn = res.resource_type, res.props, res.urn
-        if t in (AWS_SG, AWS_DEFAULT_SG):
-            for rule in items(get(p, "ingress")):
-                proto = _aws_proto(get(rule, "protocol"))
-                add(urn, False, _Rule(urn, (pos,), True, proto,
-                                      _aws_ports(proto, get(rule, "fromPort"), get(rule, "toPort")),
-                                      _merge(_cidr_sources(items(get(rule, "cidrBlocks")) + items(get(rule, "ipv6CidrBlocks"))),
-                                             _prefix_list_sources(view, res, "ingress", items(get(rule, "prefixListIds"))))))
-        elif t == AWS_SG_RULE:
-            kind = get(p, "type")
-            if kind == "ingress" or kind is UNKNOWN:
-                proto = _aws_proto(get(p, "protocol"))
-                add(group_of(res, "securityGroupId", (AWS_SG, AWS_DEFAULT_SG)), False,
-                    _Rule(urn, (pos,), kind == "ingress", proto, _aws_ports(proto, get(p, "fromPort"), get(p, "toPort")),
-                          _merge(_cidr_sources(items(get(p, "cidrBlocks")) + items(get(p, "ipv6CidrBlocks"))),
-                                 _prefix_list_sources(view, res, "prefixListIds", items(get(p, "prefixListIds"))))))
-        elif t == AWS_SG_INGRESS:
-            proto = _aws_proto(get(p, "ipProtocol"))
-            values = [v for v in (get(p, "cidrIpv4"), get(p, "cidrIpv6")) if v is not None]
-            plist = get(p, "prefixListId")
-            add(group_of(res, "securityGroupId", (AWS_SG, AWS_DEFAULT_SG)), False,
-                _Rule(urn, (pos,), True, proto, _aws_ports(proto, get(p, "fromPort"), get(p, "toPort")),
-                      _merge(_cidr_sources(values),
-                             _prefix_list_sources(view, res, "prefixListId", [plist] if plist is not None else []))))
-        elif t in (AWS_NACL, AWS_DEFAULT_NACL):
-            for rule in items(get(p, "ingress")):
-                proto = _aws_proto(get(rule, "protocol"))
-                n = as_int(get(rule, "ruleNo"))
-                action = get(rule, "action")
-                add(urn, True, _Rule(urn, (n if n is not None else 1 << 20, pos), action == "allow",
-                                     proto if action is not UNKNOWN else "unknown",
-                    _aws_ports(proto, get(rule, "fromPort"), get(rule, "toPort")),
-                    _cidr_sources([v for v in (get(rule, "cidrBlock"), get(rule, "ipv6CidrBlock")) if v is not None])))
-        elif t == AWS_NACL_RULE:
-            if as_bool(get(p, "egress")) is True:
-                continue
+    def _aws_sg(self, pos: int, res: Any) -> None:
+        view, p, urn = self.view, res.props, res.urn
+        for rule in items(get(p, "ingress")):
+            proto = _aws_proto(get(rule, "protocol"))
+            self.add(urn, False, _Rule(urn, (pos,), True, proto,
+                                       _aws_ports(proto, get(rule, "fromPort"), get(rule, "toPort")),
+                                       _merge(_cidr_sources(items(get(rule, "cidrBlocks")) + items(get(rule, "ipv6CidrBlocks"))),
+                                              _prefix_list_sources(view, res, "ingress", items(get(rule, "prefixListIds"))))))
+
+    def _aws_sg_rule(self, pos: int, res: Any) -> None:
+        view, p, urn = self.view, res.props, res.urn
+        kind = get(p, "type")
+        if kind == "ingress" or kind is UNKNOWN:
             proto = _aws_proto(get(p, "protocol"))
-            n = as_int(get(p, "ruleNumber"))
-            action = get(p, "ruleAction")
-            add(group_of(res, "networkAclId", (AWS_NACL, AWS_DEFAULT_NACL)), True,
-                _Rule(urn, (n if n is not None else 1 << 20, pos), action == "allow",
-                      proto if action is not UNKNOWN else "unknown",
-                      _aws_ports(proto, get(p, "fromPort"), get(p, "toPort")),
-                      _cidr_sources([v for v in (get(p, "cidrBlock"), get(p, "ipv6CidrBlock")) if v is not None])))
-        elif t == TC_SG_RULE:
-            if get(p, "type") != "ingress":
-                continue
-            at = get(p, "addressTemplate")
-            if at is not None:
-                sources = None if at is UNKNOWN else templates.sources(
-                    res, "addressTemplate", template_id=get(at, "templateId"), group_id=get(at, "groupId"))
+            self.add(self.group_of(res, "securityGroupId", (AWS_SG, AWS_DEFAULT_SG)), False,
+                     _Rule(urn, (pos,), kind == "ingress", proto, _aws_ports(proto, get(p, "fromPort"), get(p, "toPort")),
+                           _merge(_cidr_sources(items(get(p, "cidrBlocks")) + items(get(p, "ipv6CidrBlocks"))),
+                                  _prefix_list_sources(view, res, "prefixListIds", items(get(p, "prefixListIds"))))))
+
+    def _aws_sg_ingress(self, pos: int, res: Any) -> None:
+        view, p, urn = self.view, res.props, res.urn
+        proto = _aws_proto(get(p, "ipProtocol"))
+        values = [v for v in (get(p, "cidrIpv4"), get(p, "cidrIpv6")) if v is not None]
+        plist = get(p, "prefixListId")
+        self.add(self.group_of(res, "securityGroupId", (AWS_SG, AWS_DEFAULT_SG)), False,
+                 _Rule(urn, (pos,), True, proto, _aws_ports(proto, get(p, "fromPort"), get(p, "toPort")),
+                       _merge(_cidr_sources(values),
+                              _prefix_list_sources(view, res, "prefixListId", [plist] if plist is not None else []))))
+
+    def _aws_nacl(self, pos: int, res: Any) -> None:
+        p, urn = res.props, res.urn
+        for rule in items(get(p, "ingress")):
+            proto = _aws_proto(get(rule, "protocol"))
+            n = as_int(get(rule, "ruleNo"))
+            action = get(rule, "action")
+            self.add(urn, True, _Rule(urn, (n if n is not None else 1 << 20, pos), action == "allow",
+                                      proto if action is not UNKNOWN else "unknown",
+                     _aws_ports(proto, get(rule, "fromPort"), get(rule, "toPort")),
+                     _cidr_sources([v for v in (get(rule, "cidrBlock"), get(rule, "ipv6CidrBlock")) if v is not None])))
+
+    def _aws_nacl_rule(self, pos: int, res: Any) -> None:
+        p, urn = res.props, res.urn
+        if as_bool(get(p, "egress")) is True:
+            return
+        proto = _aws_proto(get(p, "protocol"))
+        n = as_int(get(p, "ruleNumber"))
+        action = get(p, "ruleAction")
+        self.add(self.group_of(res, "networkAclId", (AWS_NACL, AWS_DEFAULT_NACL)), True,
+                 _Rule(urn, (n if n is not None else 1 << 20, pos), action == "allow",
+                       proto if action is not UNKNOWN else "unknown",
+                       _aws_ports(proto, get(p, "fromPort"), get(p, "toPort")),
+                       _cidr_sources([v for v in (get(p, "cidrBlock"), get(p, "ipv6CidrBlock")) if v is not None])))
+
+    def _tc_sg_rule(self, pos: int, res: Any) -> None:
+        p, urn = res.props, res.urn
+        if get(p, "type") != "ingress":
+            return
+        at = get(p, "addressTemplate")
+        if at is not None:
+            sources = None if at is UNKNOWN else self.templates.sources(
+                res, "addressTemplate", template_id=get(at, "templateId"), group_id=get(at, "groupId"))
+        else:
+            sources = _cidr_sources([get(p, "cidrIp")]) if get(p, "cidrIp") is not None else []
+        index = as_int(get(p, "policyIndex"))
+        policy = get(p, "policy", "ACCEPT")
+        proto = _tc_proto(get(p, "ipProtocol")) if get(p, "protocolTemplate") is None else "unknown"
+        self.add(self.group_of(res, "securityGroupId", (TC_SG,)), True,
+                 _Rule(urn, (0, index, 0) if index is not None else (1, pos, 0), str(policy).upper() == "ACCEPT",
+                       proto if policy is not UNKNOWN else "unknown", _tc_ports(get(p, "portRange")), sources))
+
+    def _tc_sg_rule_set(self, pos: int, res: Any) -> None:
+        p, urn = res.props, res.urn
+        key = self.group_of(res, "securityGroupId", (TC_SG,))
+        for i, rule in enumerate(items(get(p, "ingresses"))):
+            if get(rule, "addressTemplateId") is not None or get(rule, "addressTemplateGroup") is not None:
+                sources = self.templates.sources(res, "ingresses", template_id=get(rule, "addressTemplateId"),
+                                                 group_id=get(rule, "addressTemplateGroup"))
             else:
-                sources = _cidr_sources([get(p, "cidrIp")]) if get(p, "cidrIp") is not None else []
-            index = as_int(get(p, "policyIndex"))
-            policy = get(p, "policy", "ACCEPT")
-            proto = _tc_proto(get(p, "ipProtocol")) if get(p, "protocolTemplate") is None else "unknown"
-            add(group_of(res, "securityGroupId", (TC_SG,)), True,
-                _Rule(urn, (0, index, 0) if index is not None else (1, pos, 0), str(policy).upper() == "ACCEPT",
-                      proto if policy is not UNKNOWN else "unknown", _tc_ports(get(p, "portRange")), sources))
-        elif t == TC_SG_RULE_SET:
-            key = group_of(res, "securityGroupId", (TC_SG,))
-            for i, rule in enumerate(items(get(p, "ingresses"))):
-                if get(rule, "addressTemplateId") is not None or get(rule, "addressTemplateGroup") is not None:
-                    sources = templates.sources(res, "ingresses", template_id=get(rule, "addressTemplateId"),
-                                                group_id=get(rule, "addressTemplateGroup"))
-                else:
-                    sources = _cidr_sources([v for v in (get(rule, "cidrBlock"), get(rule, "ipv6CidrBlock"))
-                                             if v is not None])
-                proto = _tc_proto(get(rule, "protocol"))
-                if get(rule, "serviceTemplateId") is not None or get(rule, "serviceTemplateGroup") is not None:
-                    proto = "unknown"
-                action = get(rule, "action")
-                add(key, True, _Rule(urn, (1, pos, i), str(action).upper() == "ACCEPT",
-                                     proto if action is not UNKNOWN else "unknown", _tc_ports(get(rule, "port")),
-                                     sources))
-        elif t in (TC_SG_LITE, TC_ACL):
-            key = group_of(res, "securityGroupId", (TC_SG,)) if t == TC_SG_LITE else urn
-            for i, rule in enumerate(items(get(p, "ingresses"))):
-                parts = (as_str(rule) or "").split("#")
-                if rule is UNKNOWN:
-                    add(key, True, _Rule(urn, (1, pos, i), False, "unknown", None, None))
-                    continue
-                if len(parts) < 4:
-                    continue
-                sources = _tc_lite_source(view, templates, res, parts[1].strip())
-                add(key, True, _Rule(urn, (1, pos, i), parts[0].strip().upper() == "ACCEPT", _tc_proto(parts[3]),
-                                     _tc_ports(parts[2]), sources))
-        elif t == AWS_NODE_GROUP:
-            ra = get(p, "remoteAccess")
-            key_name = get(ra, "ec2SshKey")
-            sgs = get(ra, "sourceSecurityGroupIds")
-            if known(key_name) and as_str(key_name) and sgs is not UNKNOWN and not items(sgs):
-                # terraform-provider-aws docs, eks_node_group remote_access: with an ec2_ssh_key and no
-                # source_security_group_ids, "port 22 on the worker nodes is opened to the Internet (0.0.0.0/0)".
-                direct.append((urn, "remote_access has an ec2_ssh_key and no source_security_group_ids, so EKS "
-                                    "opens port 22 to 0.0.0.0/0"))
-    return groups, direct
+                sources = _cidr_sources([v for v in (get(rule, "cidrBlock"), get(rule, "ipv6CidrBlock"))
+                                         if v is not None])
+            proto = _tc_proto(get(rule, "protocol"))
+            if get(rule, "serviceTemplateId") is not None or get(rule, "serviceTemplateGroup") is not None:
+                proto = "unknown"
+            action = get(rule, "action")
+            self.add(key, True, _Rule(urn, (1, pos, i), str(action).upper() == "ACCEPT",
+                                      proto if action is not UNKNOWN else "unknown", _tc_ports(get(rule, "port")),
+                                      sources))
+
+    def _tc_lite(self, pos: int, res: Any) -> None:
+        t, p, urn = res.resource_type, res.props, res.urn
+        key = self.group_of(res, "securityGroupId", (TC_SG,)) if t == TC_SG_LITE else urn
+        for i, rule in enumerate(items(get(p, "ingresses"))):
+            parts = (as_str(rule) or "").split("#")
+            if rule is UNKNOWN:
+                self.add(key, True, _Rule(urn, (1, pos, i), False, "unknown", None, None))
+                continue
+            if len(parts) < 4:
+                continue
+            sources = _tc_lite_source(self.view, self.templates, res, parts[1].strip())
+            self.add(key, True, _Rule(urn, (1, pos, i), parts[0].strip().upper() == "ACCEPT", _tc_proto(parts[3]),
+                                      _tc_ports(parts[2]), sources))
+
+    def _aws_node_group(self, pos: int, res: Any) -> None:
+        p, urn = res.props, res.urn
+        ra = get(p, "remoteAccess")
+        key_name = get(ra, "ec2SshKey")
+        sgs = get(ra, "sourceSecurityGroupIds")
+        if known(key_name) and as_str(key_name) and sgs is not UNKNOWN and not items(sgs):
+            # terraform-provider-aws docs, eks_node_group remote_access: with an ec2_ssh_key and no
+            # source_security_group_ids, "port 22 on the worker nodes is opened to the Internet (0.0.0.0/0)".
+            self.direct.append((urn, "remote_access has an ec2_ssh_key and no source_security_group_ids, so EKS "
+                                     "opens port 22 to 0.0.0.0/0"))
 
 
 def _judge(ordered: bool, rules: list[_Rule], port: int) -> dict[int, dict[str, list[cidrs.Interval]]]:

@@ -431,34 +431,10 @@ class StackView:
             if kind is UNKNOWN:
                 return None, 0
             return (True, 0) if kind == "SPOT" else (False, max(count, 1))
-        if t == AWS_FLEET:
-            spec = get(p, "targetCapacitySpecification")
-            default = get(spec, "defaultTargetCapacityType")
-            od, spot_n, total = (get(spec, "onDemandTargetCapacity"), get(spec, "spotTargetCapacity"),
-                                 get(spec, "totalTargetCapacity"))
-            if UNKNOWN in (default, od, spot_n, total):
-                return None, 0
-            od_n = as_int(od)
-            if od_n is None:
-                od_n = max((as_int(total) or 0) - (as_int(spot_n) or 0), 0) if default == "on-demand" else 0
-            return (True, 0) if od_n <= 0 else (False, od_n)
-        if t == AWS_SPOT_FLEET:
-            od = get(p, "onDemandTargetCapacity")
-            if od is UNKNOWN:
-                return None, 0
-            od_n = as_int(od) or 0
-            return (True, 0) if od_n <= 0 else (False, od_n)
+        if t in (AWS_FLEET, AWS_SPOT_FLEET):
+            return self._fleet_purchase(t, p)
         if t == AWS_ASG and get(p, "mixedInstancesPolicy") is not None:
-            dist = get(p, "mixedInstancesPolicy.instancesDistribution")
-            base, pct = get(dist, "onDemandBaseCapacity"), get(dist, "onDemandPercentageAboveBaseCapacity")
-            if base is UNKNOWN or pct is UNKNOWN:
-                return None, 0
-            base_n = as_int(base) or 0                           # AWS default: 0
-            pct_n = 100 if pct is None else (as_int(pct) or 0)   # AWS default: 100
-            if base_n == 0 and pct_n == 0:
-                return True, 0
-            on_demand = min(base_n, count) + (1 if pct_n > 0 and count > base_n else 0)
-            return False, max(on_demand, 1)
+            return self._mixed_instances_purchase(p, count)
         market = get(p, "instanceMarketOptions.marketType")
         for tr in tmpl:
             if market is not None:
@@ -473,6 +449,40 @@ class StackView:
         if market is UNKNOWN:
             return None, 0
         return (True, 0) if market == "spot" else (False, max(count, 1))
+
+    @staticmethod
+    def _fleet_purchase(t: str, p: Any) -> tuple[Optional[bool], int]:
+        """`_purchase` of an EC2 fleet or spot fleet request: its on-demand target capacity."""
+        if t == AWS_FLEET:
+            spec = get(p, "targetCapacitySpecification")
+            default = get(spec, "defaultTargetCapacityType")
+            od, spot_n, total = (get(spec, "onDemandTargetCapacity"), get(spec, "spotTargetCapacity"),
+                                 get(spec, "totalTargetCapacity"))
+            if UNKNOWN in (default, od, spot_n, total):
+                return None, 0
+            od_n = as_int(od)
+            if od_n is None:
+                od_n = max((as_int(total) or 0) - (as_int(spot_n) or 0), 0) if default == "on-demand" else 0
+            return (True, 0) if od_n <= 0 else (False, od_n)
+        od = get(p, "onDemandTargetCapacity")
+        if od is UNKNOWN:
+            return None, 0
+        od_n = as_int(od) or 0
+        return (True, 0) if od_n <= 0 else (False, od_n)
+
+    @staticmethod
+    def _mixed_instances_purchase(p: Any, count: int) -> tuple[Optional[bool], int]:
+        """`_purchase` of an auto scaling group with a mixed instances policy."""
+        dist = get(p, "mixedInstancesPolicy.instancesDistribution")
+        base, pct = get(dist, "onDemandBaseCapacity"), get(dist, "onDemandPercentageAboveBaseCapacity")
+        if base is UNKNOWN or pct is UNKNOWN:
+            return None, 0
+        base_n = as_int(base) or 0                           # AWS default: 0
+        pct_n = 100 if pct is None else (as_int(pct) or 0)   # AWS default: 100
+        if base_n == 0 and pct_n == 0:
+            return True, 0
+        on_demand = min(base_n, count) + (1 if pct_n > 0 and count > base_n else 0)
+        return False, max(on_demand, 1)
 
     def _subnets(self, res: Any, tmpl: list[Any]) -> list[Ref]:
         t, p = res.resource_type, res.props

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 import json
@@ -289,48 +290,72 @@ def _encryption_problems(t: str, p: Any, cmk: bool, ebs_default: bool, ebs_defau
     """What is unencrypted about one resource. `ebs_default`: the stack turns on EBS encryption by default
     for the account and region (aws.ebs.EncryptionByDefault), so every new EBS volume and snapshot copy is
     encrypted whatever the resource says (https://docs.aws.amazon.com/ebs/latest/userguide/encryption-by-default.html)."""
-
-    def flag(value: Any, what: str) -> Iterable[str]:
-        if value is not UNKNOWN and as_bool(value) is not True:
-            yield what
-
-    def ebs(value: Any, what: str) -> Iterable[str]:
-        if not ebs_default:
-            yield from flag(value, what)
-
     if t in _EBS_KINDS and cmk and ebs_default_cmk:
         cmk = False  # the account's default EBS key is a customer-managed key of this stack
+    if t in _EBS_KINDS:
+        yield from _ebs_encryption_problems(t, p, cmk, ebs_default)
+    elif t == AWS_EFS or t in AWS_FSX or t in AWS_BUCKETS or t in AWS_SSE:
+        yield from _aws_store_encryption_problems(t, p, cmk)
+    else:
+        yield from _tencent_encryption_problems(t, p, cmk)
+
+
+def _unless_true(value: Any, what: str) -> Iterable[str]:
+    """`what` (the fix) unless `value` is known to be true."""
+    if value is not UNKNOWN and as_bool(value) is not True:
+        yield what
+
+
+def _ebs_flag(value: Any, what: str, ebs_default: bool) -> Iterable[str]:
+    """`what` unless `value` is true or EBS encryption by default covers it anyway."""
+    if not ebs_default:
+        yield from _unless_true(value, what)
+
+
+def _ebs_encryption_problems(t: str, p: Any, cmk: bool, ebs_default: bool) -> Iterable[str]:
+    """`_encryption_problems` of the resources whose disks are EBS volumes (`_EBS_KINDS`)."""
     if t == AWS_VOLUME:
-        yield from ebs(get(p, "encrypted"), "set encrypted=True")
-        if cmk and get(p, "kmsKeyId") is None:
-            yield "set kms_key_id to a customer-managed KMS key"
-    elif t == AWS_EFS:
-        yield from flag(get(p, "encrypted"), "set encrypted=True")
+        yield from _ebs_flag(get(p, "encrypted"), "set encrypted=True", ebs_default)
         if cmk and get(p, "kmsKeyId") is None:
             yield "set kms_key_id to a customer-managed KMS key"
     elif t == AWS_LAUNCH_TEMPLATE:
         for m in items(get(p, "blockDeviceMappings")):
             if get(m, "ebs") is not None:
-                yield from ebs(get(m, "ebs.encrypted"),
-                               f"set ebs.encrypted=True on block device {as_str(get(m, 'deviceName')) or '?'}")
+                yield from _ebs_flag(get(m, "ebs.encrypted"),
+                                     f"set ebs.encrypted=True on block device {as_str(get(m, 'deviceName')) or '?'}",
+                                     ebs_default)
     elif t == AWS_INSTANCE:
         root = get(p, "rootBlockDevice")
         if root is not None:
-            yield from ebs(get(root, "encrypted"), "set root_block_device.encrypted=True")
+            yield from _ebs_flag(get(root, "encrypted"), "set root_block_device.encrypted=True", ebs_default)
         elif get(p, "launchTemplate") is None and not ebs_default:
             yield "declare root_block_device with encrypted=True (or launch it from an encrypted launch template)"
         for d in items(get(p, "ebsBlockDevices")):
-            yield from ebs(get(d, "encrypted"), f"set encrypted=True on {as_str(get(d, 'deviceName')) or 'an EBS block device'}")
+            yield from _ebs_flag(get(d, "encrypted"),
+                                 f"set encrypted=True on {as_str(get(d, 'deviceName')) or 'an EBS block device'}",
+                                 ebs_default)
     elif t == AWS_LAUNCH_CONFIG:
         root = get(p, "rootBlockDevice")
         if root is not None:
-            yield from ebs(get(root, "encrypted"), "set root_block_device.encrypted=True")
+            yield from _ebs_flag(get(root, "encrypted"), "set root_block_device.encrypted=True", ebs_default)
         for d in items(get(p, "ebsBlockDevices")):
-            yield from ebs(get(d, "encrypted"), f"set encrypted=True on {as_str(get(d, 'deviceName')) or 'an EBS block device'}")
+            yield from _ebs_flag(get(d, "encrypted"),
+                                 f"set encrypted=True on {as_str(get(d, 'deviceName')) or 'an EBS block device'}",
+                                 ebs_default)
     elif t == AWS_SPOT_FLEET:
         for spec in items(get(p, "launchSpecifications")):
             for d in items(get(spec, "rootBlockDevices")) + items(get(spec, "ebsBlockDevices")):
-                yield from ebs(get(d, "encrypted"), "set encrypted=True on every block device of the launch specifications")
+                yield from _ebs_flag(get(d, "encrypted"),
+                                     "set encrypted=True on every block device of the launch specifications",
+                                     ebs_default)
+
+
+def _aws_store_encryption_problems(t: str, p: Any, cmk: bool) -> Iterable[str]:
+    """`_encryption_problems` of EFS, FSx and S3."""
+    if t == AWS_EFS:
+        yield from _unless_true(get(p, "encrypted"), "set encrypted=True")
+        if cmk and get(p, "kmsKeyId") is None:
+            yield "set kms_key_id to a customer-managed KMS key"
     elif t in AWS_FSX:
         # FSx encrypts every file system and volume at rest; only the key is a choice.
         if cmk and t not in (AWS_FSX_ONTAP_VOLUME, AWS_FSX_OPENZFS_VOLUME) and get(p, "kmsKeyId") is None:
@@ -345,20 +370,24 @@ def _encryption_problems(t: str, p: Any, cmk: bool, ebs_default: bool, ebs_defau
             algo = get(rule, "applyServerSideEncryptionByDefault.sseAlgorithm")
             if cmk and known(algo) and not str(algo).startswith("aws:kms"):
                 yield "use sse_algorithm 'aws:kms' with a customer-managed key"
-    elif t == TC_DISK:
-        yield from flag(get(p, "encrypt"), "set encrypt=True")
+
+
+def _tencent_encryption_problems(t: str, p: Any, cmk: bool) -> Iterable[str]:
+    """`_encryption_problems` of Tencent Cloud disks, instances, node pools, clusters and COS buckets."""
+    if t == TC_DISK:
+        yield from _unless_true(get(p, "encrypt"), "set encrypt=True")
         if cmk and get(p, "kmsKeyId") is None:
             yield "set kms_key_id to a customer-managed KMS key"
     elif t == TC_INSTANCE:
         for i, d in enumerate(items(get(p, "dataDisks"))):
-            yield from flag(get(d, "encrypt"), f"set encrypt=True on data disk {i}")
+            yield from _unless_true(get(d, "encrypt"), f"set encrypt=True on data disk {i}")
     elif t == TC_NODE_POOL:
         for i, d in enumerate(items(get(p, "autoScalingConfig.dataDisks"))):
-            yield from flag(get(d, "encrypt"), f"set encrypt=True on auto_scaling_config data disk {i}")
+            yield from _unless_true(get(d, "encrypt"), f"set encrypt=True on auto_scaling_config data disk {i}")
     elif t == TC_K8S_CLUSTER:
         for w, worker in enumerate(items(get(p, "workerConfigs"))):
             for i, d in enumerate(items(get(worker, "dataDisks"))):
-                yield from flag(get(d, "encrypt"), f"set encrypt=True on data disk {i} of worker config {w}")
+                yield from _unless_true(get(d, "encrypt"), f"set encrypt=True on data disk {i} of worker config {w}")
     elif t == TC_BUCKET:
         algo = get(p, "encryptionAlgorithm")
         if algo is not UNKNOWN and not as_str(algo):
@@ -525,90 +554,125 @@ def _checkpoint_bucket_private(args: Any, report_violation: Any) -> None:
     view = view_of(args.resources)
     need_versioning = config_value(args, "requireVersioning", True) is not False
     need_tls = config_value(args, "requireTls", True) is not False
-    blocks: dict[str, list[Any]] = {}
-    versioned: set[str] = set()
-    tls: set[str] = set()
-    unsure_blocks = unsure_versions = unsure_tls = False  # some target is a bucket unknown until the update
+    facts = _BucketFacts()
+    _read_public_access_blocks(view, facts)
+    _read_versioning(view, facts)
+    _check_bucket_policies(view, facts, report_violation)
+    _check_bucket_acls(view, report_violation)
+    for b in view.of_type(*AWS_BUCKETS):
+        _check_s3_bucket(b, facts, need_tls, need_versioning, report_violation)
+    for b in view.of_type(TC_BUCKET):
+        _check_cos_bucket(b, facts, need_versioning, report_violation)
+
+
+@dataclass
+class _BucketFacts:
+    """What the stack's other resources say about its buckets, by bucket URN."""
+    blocks: dict[str, list[Any]] = field(default_factory=dict)
+    versioned: set[str] = field(default_factory=set)
+    tls: set[str] = field(default_factory=set)
+    # some target is a bucket unknown until the update
+    unsure_blocks: bool = False
+    unsure_versions: bool = False
+    unsure_tls: bool = False
+
+
+def _read_public_access_blocks(view: StackView, facts: _BucketFacts) -> None:
     for pab in view.of_type(AWS_PAB):
         targets = _bucket_targets(view, pab, AWS_BUCKETS)
-        unsure_blocks = unsure_blocks or targets is None
+        facts.unsure_blocks = facts.unsure_blocks or targets is None
         for b in targets or []:
-            blocks.setdefault(b.urn, []).append(pab)
+            facts.blocks.setdefault(b.urn, []).append(pab)
+
+
+def _read_versioning(view: StackView, facts: _BucketFacts) -> None:
     for kinds, buckets, path in ((AWS_VERSIONING, AWS_BUCKETS, "versioningConfiguration.status"),
                                  ((TC_BUCKET_VERSION,), (TC_BUCKET,), "status")):
         for v in view.of_type(*kinds):
             status = get(v.props, path)
             if status is UNKNOWN or status == "Enabled":
                 targets = _bucket_targets(view, v, buckets)
-                unsure_versions = unsure_versions or targets is None
-                versioned.update(b.urn for b in targets or [])
+                facts.unsure_versions = facts.unsure_versions or targets is None
+                facts.versioned.update(b.urn for b in targets or [])
+
+
+def _check_bucket_policies(view: StackView, facts: _BucketFacts, report_violation: Any) -> None:
+    """Bucket policies that let anyone in; the buckets whose policy requires TLS go to `facts.tls`."""
     for pol in view.of_type(AWS_BUCKET_POLICY, TC_BUCKET_POLICY):
         buckets = AWS_BUCKETS if pol.resource_type == AWS_BUCKET_POLICY else (TC_BUCKET,)
         targets = _bucket_targets(view, pol, buckets)
         raw = get(pol.props, "policy")
         doc = _policy_doc(raw)
         if targets is None:
-            unsure_tls = True
+            facts.unsure_tls = True
         if doc is None:
             if raw is UNKNOWN:
-                tls.update(b.urn for b in targets or [])  # the document is only known at the update
+                facts.tls.update(b.urn for b in targets or [])  # the document is only known at the update
             continue
         if tls_only(doc):
-            tls.update(b.urn for b in targets or [])
+            facts.tls.update(b.urn for b in targets or [])
         public = public_statements(doc)
         if public:
             where = ", ".join(repr(short(b.urn)) for b in targets or []) or "a bucket"
             report_violation(f"Bucket policy '{short(pol.urn)}' lets anyone (principal \"*\") into {where} "
                              f"({', '.join(public)}); name the accounts, roles or VPC endpoints that need access "
                              f"instead.", pol.urn)
+
+
+def _check_bucket_acls(view: StackView, report_violation: Any) -> None:
     for acl in view.of_type(*AWS_BUCKET_ACL):
         why = _acl_public(get(acl.props, "acl"), get(acl.props, "accessControlPolicy.grants"), None)
         if why:
             report_violation(f"Bucket ACL '{short(acl.urn)}' makes its bucket public ({why}); use acl 'private' "
                              f"(or BucketOwnershipControls BucketOwnerEnforced, which disables ACLs).", acl.urn)
-    for b in view.of_type(*AWS_BUCKETS):
-        name = short(b.urn)
-        pabs = blocks.get(b.urn, [])
-        if not pabs:
-            if not unsure_blocks:
-                report_violation(f"S3 bucket '{name}' has no public access block; add an "
-                                 f"aws.s3.BucketPublicAccessBlock with all four settings True.", b.urn)
-        else:
-            off = [f for f in _PAB_FLAGS if not any(get(p.props, f) is UNKNOWN or as_bool(get(p.props, f)) for p in pabs)]
-            if off:
-                report_violation(f"S3 bucket '{name}' has a public access block with {', '.join(off)} off; "
-                                 f"set all four to True.", b.urn)
-        why = _acl_public(get(b.props, "acl"), get(b.props, "grants"), None)
-        inline = _policy_doc(get(b.props, "policy"))
-        if why:
-            report_violation(f"S3 bucket '{name}' is public ({why}); use acl 'private'.", b.urn)
-        if inline is not None:
-            if public_statements(inline):
-                report_violation(f"S3 bucket '{name}' has an inline policy that lets anyone in; name who needs "
-                                 f"access instead.", b.urn)
-            if tls_only(inline):
-                tls.add(b.urn)
-        elif get(b.props, "policy") is UNKNOWN:
-            tls.add(b.urn)
-        if need_tls and b.urn not in tls and not unsure_tls:
-            report_violation(f"S3 bucket '{name}' accepts plain-HTTP requests; add an aws.s3.BucketPolicy that "
-                             f"denies s3:* to everyone when aws:SecureTransport is false (FSBP S3.5).", b.urn)
-        inline_v = get(b.props, "versioning.enabled")
-        if need_versioning and b.urn not in versioned and not unsure_versions and inline_v is not UNKNOWN \
-                and as_bool(inline_v) is not True:
-            report_violation(f"S3 bucket '{name}' is not versioned, so an overwritten or deleted object is lost; "
-                             f"add an aws.s3.BucketVersioning with status 'Enabled'.", b.urn)
-    for b in view.of_type(TC_BUCKET):
-        name = short(b.urn)
-        why = _acl_public(get(b.props, "acl"), None, get(b.props, "aclBody"))
-        if why:
-            report_violation(f"COS bucket '{name}' is public ({why}); set acl='private' and drop public grants "
-                             f"from acl_body.", b.urn)
-        enabled = get(b.props, "versioningEnable")
-        if need_versioning and b.urn not in versioned and not unsure_versions and enabled is not UNKNOWN \
-                and as_bool(enabled) is not True:
-            report_violation(f"COS bucket '{name}' is not versioned, so an overwritten or deleted object is lost; "
-                             f"set versioning_enable=True.", b.urn)
+
+
+def _check_s3_bucket(b: Any, facts: _BucketFacts, need_tls: bool, need_versioning: bool,
+                     report_violation: Any) -> None:
+    name = short(b.urn)
+    pabs = facts.blocks.get(b.urn, [])
+    if not pabs:
+        if not facts.unsure_blocks:
+            report_violation(f"S3 bucket '{name}' has no public access block; add an "
+                             f"aws.s3.BucketPublicAccessBlock with all four settings True.", b.urn)
+    else:
+        off = [f for f in _PAB_FLAGS if not any(get(p.props, f) is UNKNOWN or as_bool(get(p.props, f)) for p in pabs)]
+        if off:
+            report_violation(f"S3 bucket '{name}' has a public access block with {', '.join(off)} off; "
+                             f"set all four to True.", b.urn)
+    why = _acl_public(get(b.props, "acl"), get(b.props, "grants"), None)
+    inline = _policy_doc(get(b.props, "policy"))
+    if why:
+        report_violation(f"S3 bucket '{name}' is public ({why}); use acl 'private'.", b.urn)
+    if inline is not None:
+        if public_statements(inline):
+            report_violation(f"S3 bucket '{name}' has an inline policy that lets anyone in; name who needs "
+                             f"access instead.", b.urn)
+        if tls_only(inline):
+            facts.tls.add(b.urn)
+    elif get(b.props, "policy") is UNKNOWN:
+        facts.tls.add(b.urn)
+    if need_tls and b.urn not in facts.tls and not facts.unsure_tls:
+        report_violation(f"S3 bucket '{name}' accepts plain-HTTP requests; add an aws.s3.BucketPolicy that "
+                         f"denies s3:* to everyone when aws:SecureTransport is false (FSBP S3.5).", b.urn)
+    inline_v = get(b.props, "versioning.enabled")
+    if need_versioning and b.urn not in facts.versioned and not facts.unsure_versions and inline_v is not UNKNOWN \
+            and as_bool(inline_v) is not True:
+        report_violation(f"S3 bucket '{name}' is not versioned, so an overwritten or deleted object is lost; "
+                         f"add an aws.s3.BucketVersioning with status 'Enabled'.", b.urn)
+
+
+def _check_cos_bucket(b: Any, facts: _BucketFacts, need_versioning: bool, report_violation: Any) -> None:
+    name = short(b.urn)
+    why = _acl_public(get(b.props, "acl"), None, get(b.props, "aclBody"))
+    if why:
+        report_violation(f"COS bucket '{name}' is public ({why}); set acl='private' and drop public grants "
+                         f"from acl_body.", b.urn)
+    enabled = get(b.props, "versioningEnable")
+    if need_versioning and b.urn not in facts.versioned and not facts.unsure_versions and enabled is not UNKNOWN \
+            and as_bool(enabled) is not True:
+        report_violation(f"COS bucket '{name}' is not versioned, so an overwritten or deleted object is lost; "
+                         f"set versioning_enable=True.", b.urn)
 
 
 checkpoint_bucket_private = StackValidationPolicy(
