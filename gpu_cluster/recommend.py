@@ -352,6 +352,9 @@ def _cost(c: "Candidate", cost: Any, rate: Any, currency: str, limit: float) -> 
 
 
 def recommend(w: Workload, book: PriceBook) -> Recommendation:
+    # Over 60 lines on purpose: the model's steps (memory, time, purchase, placement, price, verdict) read in
+    # the order docs/recommend.md states them, one candidate at a time; split up, the closures over the
+    # shape's figures (need, hours) would travel through every helper.
     gpus_yaml = gpus_catalog()
     tokens = training_tokens(w)
     flops = FLOPS_PER_PARAM_TOKEN * w.model_params * tokens

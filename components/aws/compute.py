@@ -191,6 +191,9 @@ class Compute(pulumi.ComponentResource):
     role_arn: pulumi.Output[str]
 
     def __init__(self, name: str, args: ComputeArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        # Over 60 lines on purpose: the GPU nodes' resources in the order they depend on each other (role,
+        # agent parameter, placement group, capacity, image, launch template, nodes and their disks), with the
+        # reason for each argument beside it; the pieces that stand alone are methods already.
         super().__init__("gpu-cluster:aws:Compute", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
 

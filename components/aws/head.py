@@ -103,10 +103,22 @@ class Head(pulumi.ComponentResource):
         self.secret_arn = secret.arn
 
         profile = self._role(name, args, secret.arn, child)
+        instance = self._instance(name, args, profile)
+        aws.ec2.VolumeAttachment(
+            f"{name}-data-attachment", instance_id=instance.id, volume_id=args.data_volume_id,
+            device_name=DATA_DEVICE, stop_instance_before_detaching=True,
+            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True))
+        self.instance = instance
+        self.instance_id, self.private_ip = instance.id, instance.private_ip
+        self.register_outputs({"instance_id": self.instance_id, "private_ip": self.private_ip,
+                               "secret_arn": self.secret_arn})
+
+    def _instance(self, name: str, args: HeadArgs, profile: aws.iam.InstanceProfile) -> aws.ec2.Instance:
+        """The head node itself: Ubuntu, a fixed private address, no public IP, its boot from the Slurm input."""
         image = aws.ssm.get_parameter_output(name=UBUNTU_PARAMETER, opts=pulumi.InvokeOptions(parent=self)).insecure_value
         user_data = pulumi.Output.all(args.slurm, args.lustre_dns_name, args.lustre_mount_name).apply(
             lambda v: _user_data(v[0], f"{v[1]}@tcp:/{v[2]}" if v[1] and v[2] else None, name))
-        instance = aws.ec2.Instance(
+        return aws.ec2.Instance(
             f"{name}-instance",
             ami=image,
             instance_type=zone_offered(HEAD_INSTANCE_TYPE, args.zone, self,
@@ -141,14 +153,6 @@ class Head(pulumi.ComponentResource):
             # next `pulumi up` create it (`pulumi destroy --target <urn> --target-dependents`).
             opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True, ignore_changes=["ami"],
                                         depends_on=list(args.after)))
-        aws.ec2.VolumeAttachment(
-            f"{name}-data-attachment", instance_id=instance.id, volume_id=args.data_volume_id,
-            device_name=DATA_DEVICE, stop_instance_before_detaching=True,
-            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True))
-        self.instance = instance
-        self.instance_id, self.private_ip = instance.id, instance.private_ip
-        self.register_outputs({"instance_id": self.instance_id, "private_ip": self.private_ip,
-                               "secret_arn": self.secret_arn})
 
     def _role(self, name: str, args: HeadArgs, secret_arn: pulumi.Output[str],
               child: pulumi.ResourceOptions) -> aws.iam.InstanceProfile:

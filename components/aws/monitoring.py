@@ -97,71 +97,79 @@ class Monitoring(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: MonitoringArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("gpu-cluster:aws:Monitoring", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
-        actions = [args.topic_arn]
+        self._name, self._args = name, args
+        self._child = pulumi.ResourceOptions(parent=self)
+        self._actions = [args.topic_arn]
         self.alarm_arns = []
-
-        def alarm(alarm_name: str, **kwargs) -> None:
-            created = aws.cloudwatch.MetricAlarm(
-                alarm_name, alarm_actions=actions, ok_actions=actions,
-                tags=tagged(args.tags, alarm_name), opts=child, **kwargs)
-            self.alarm_arns.append(created.arn)
-
         for i, node_id in enumerate(args.node_ids):
-            node = {"InstanceId": node_id}
-            # No data at all is not "fine": with treat_missing_data=missing the alarm goes to
-            # INSUFFICIENT_DATA when the agent sends nothing (not installed, stopped, no nvidia-smi), and
-            # that state notifies too (CloudWatch user guide, "Configuring how CloudWatch alarms treat
-            # missing data").
-            alarm(f"{name}-node-{i}-gpu-idle",
-                  alarm_description=f"GPUs of {name} node {i} below {IDLE_BELOW_PCT} % for 2 h: paid but idle "
-                                    f"(INSUFFICIENT_DATA: the node sends no GPU metrics — check the CloudWatch agent)",
-                  namespace=NAMESPACE, metric_name=GPU_UTILISATION, dimensions=node, statistic="Average",
-                  period=IDLE_PERIOD_S, evaluation_periods=IDLE_PERIODS, threshold=IDLE_BELOW_PCT,
-                  comparison_operator="LessThanThreshold", treat_missing_data="missing",
-                  insufficient_data_actions=[] if args.stopped_by_controls else actions)
-            alarm(f"{name}-node-{i}-gpu-hot",
-                  alarm_description=f"A GPU of {name} node {i} above {HOT_ABOVE_C} °C for 10 min",
-                  namespace=NAMESPACE, metric_name=GPU_TEMPERATURE, dimensions=node, statistic="Maximum",
-                  period=300, evaluation_periods=2, threshold=HOT_ABOVE_C,
-                  comparison_operator="GreaterThanThreshold", treat_missing_data="notBreaching")
-            alarm(f"{name}-node-{i}-status",
-                  alarm_description=f"EC2 status check of {name} node {i} failing (instance or host)",
-                  namespace="AWS/EC2", metric_name="StatusCheckFailed", dimensions=node, statistic="Maximum",
-                  period=60, evaluation_periods=3, threshold=1,
-                  comparison_operator="GreaterThanOrEqualToThreshold",
-                  treat_missing_data="notBreaching" if args.stopped_by_controls else "missing")
-            if args.stopped_by_controls:
-                # The idle alarm's INSUFFICIENT_DATA is silenced here (a stopped node sends nothing), so a dead
-                # CloudWatch agent on a running node would go unreported. This alarm fires when the instance
-                # reports its own CPU (it is running) but the agent sends no GPU metric, for 15 minutes
-                # (CloudWatch user guide, "Metric math syntax and functions": FILL, IF, AND).
-                alarm(f"{name}-node-{i}-agent-silent",
-                      alarm_description=f"{name} node {i} runs but its CloudWatch agent sends no GPU metrics for 15 "
-                                        f"min: idle stop and the GPU alarms are blind until it does",
-                      metric_queries=_agent_silent_queries(node),
-                      evaluation_periods=3, threshold=1, comparison_operator="GreaterThanOrEqualToThreshold",
-                      treat_missing_data="notBreaching")
-            if args.health is not None:
-                # The check runs at boot and whenever node-health.sbatch runs, so data is sparse: only a
-                # published 0 alarms; no data is nothing to report (the status alarm covers a dead node).
-                # CloudWatch matches a metric by all its dimensions (CloudWatch user guide, "Dimensions").
-                c = args.health.slurm
-                alarm(f"{name}-node-{i}-unhealthy",
-                      alarm_description=f"GPU node {i} failed its boot health check (GPUs, NVLink, EFA, mounts): Slurm "
-                                        f"has drained it; the reason is in `sinfo -R` on the head node",
-                      namespace=c.apply(lambda s: s.metric_namespace), metric_name=c.apply(lambda s: s.metric_name),
-                      dimensions={"ClusterName": c.apply(lambda s: s.name),
-                                  "NodeName": c.apply(lambda s, i=i: s.node_name(i)), "InstanceId": node_id},
-                      statistic="Minimum", period=300, evaluation_periods=1, threshold=1,
-                      comparison_operator="LessThanThreshold", treat_missing_data="notBreaching")
+            self._node_alarms(i, node_id)
         if args.head_id is not None:
-            alarm(f"{name}-head-status",
-                  alarm_description="EC2 status check of the Slurm head node failing (instance or host): no scheduling "
-                                    "until it recovers",
-                  namespace="AWS/EC2", metric_name="StatusCheckFailed", dimensions={"InstanceId": args.head_id},
-                  statistic="Maximum", period=60, evaluation_periods=3, threshold=1,
-                  comparison_operator="GreaterThanOrEqualToThreshold",
-                  treat_missing_data="notBreaching" if args.stopped_by_controls else "missing")
-
+            self._alarm(f"{name}-head-status",
+                        alarm_description="EC2 status check of the Slurm head node failing (instance or host): no "
+                                          "scheduling until it recovers",
+                        namespace="AWS/EC2", metric_name="StatusCheckFailed", dimensions={"InstanceId": args.head_id},
+                        statistic="Maximum", period=60, evaluation_periods=3, threshold=1,
+                        comparison_operator="GreaterThanOrEqualToThreshold",
+                        treat_missing_data="notBreaching" if args.stopped_by_controls else "missing")
         self.register_outputs({"alarm_arns": self.alarm_arns})
+
+    def _alarm(self, alarm_name: str, **kwargs) -> None:
+        created = aws.cloudwatch.MetricAlarm(
+            alarm_name, alarm_actions=self._actions, ok_actions=self._actions,
+            tags=tagged(self._args.tags, alarm_name), opts=self._child, **kwargs)
+        self.alarm_arns.append(created.arn)
+
+    def _node_alarms(self, i: int, node_id: pulumi.Input[str]) -> None:
+        """A GPU node's alarms, in this order: idle, hot, status, agent silence, health check."""
+        name, args, actions = self._name, self._args, self._actions
+        node = {"InstanceId": node_id}
+        # No data at all is not "fine": with treat_missing_data=missing the alarm goes to
+        # INSUFFICIENT_DATA when the agent sends nothing (not installed, stopped, no nvidia-smi), and
+        # that state notifies too (CloudWatch user guide, "Configuring how CloudWatch alarms treat
+        # missing data").
+        self._alarm(f"{name}-node-{i}-gpu-idle",
+                    alarm_description=f"GPUs of {name} node {i} below {IDLE_BELOW_PCT} % for 2 h: paid but idle "
+                                      f"(INSUFFICIENT_DATA: the node sends no GPU metrics — check the CloudWatch agent)",
+                    namespace=NAMESPACE, metric_name=GPU_UTILISATION, dimensions=node, statistic="Average",
+                    period=IDLE_PERIOD_S, evaluation_periods=IDLE_PERIODS, threshold=IDLE_BELOW_PCT,
+                    comparison_operator="LessThanThreshold", treat_missing_data="missing",
+                    insufficient_data_actions=[] if args.stopped_by_controls else actions)
+        self._alarm(f"{name}-node-{i}-gpu-hot",
+                    alarm_description=f"A GPU of {name} node {i} above {HOT_ABOVE_C} °C for 10 min",
+                    namespace=NAMESPACE, metric_name=GPU_TEMPERATURE, dimensions=node, statistic="Maximum",
+                    period=300, evaluation_periods=2, threshold=HOT_ABOVE_C,
+                    comparison_operator="GreaterThanThreshold", treat_missing_data="notBreaching")
+        self._alarm(f"{name}-node-{i}-status",
+                    alarm_description=f"EC2 status check of {name} node {i} failing (instance or host)",
+                    namespace="AWS/EC2", metric_name="StatusCheckFailed", dimensions=node, statistic="Maximum",
+                    period=60, evaluation_periods=3, threshold=1,
+                    comparison_operator="GreaterThanOrEqualToThreshold",
+                    treat_missing_data="notBreaching" if args.stopped_by_controls else "missing")
+        if args.stopped_by_controls:
+            # The idle alarm's INSUFFICIENT_DATA is silenced here (a stopped node sends nothing), so a dead
+            # CloudWatch agent on a running node would go unreported. This alarm fires when the instance
+            # reports its own CPU (it is running) but the agent sends no GPU metric, for 15 minutes
+            # (CloudWatch user guide, "Metric math syntax and functions": FILL, IF, AND).
+            self._alarm(f"{name}-node-{i}-agent-silent",
+                        alarm_description=f"{name} node {i} runs but its CloudWatch agent sends no GPU metrics for "
+                                          f"15 min: idle stop and the GPU alarms are blind until it does",
+                        metric_queries=_agent_silent_queries(node),
+                        evaluation_periods=3, threshold=1, comparison_operator="GreaterThanOrEqualToThreshold",
+                        treat_missing_data="notBreaching")
+        if args.health is not None:
+            self._health_alarm(i, node_id)
+
+    def _health_alarm(self, i: int, node_id: pulumi.Input[str]) -> None:
+        # The check runs at boot and whenever node-health.sbatch runs, so data is sparse: only a
+        # published 0 alarms; no data is nothing to report (the status alarm covers a dead node).
+        # CloudWatch matches a metric by all its dimensions (CloudWatch user guide, "Dimensions").
+        c = self._args.health.slurm
+        self._alarm(f"{self._name}-node-{i}-unhealthy",
+                    alarm_description=f"GPU node {i} failed its boot health check (GPUs, NVLink, EFA, mounts): Slurm "
+                                      f"has drained it; the reason is in `sinfo -R` on the head node",
+                    namespace=c.apply(lambda s: s.metric_namespace), metric_name=c.apply(lambda s: s.metric_name),
+                    dimensions={"ClusterName": c.apply(lambda s: s.name),
+                                "NodeName": c.apply(lambda s, i=i: s.node_name(i)), "InstanceId": node_id},
+                    statistic="Minimum", period=300, evaluation_periods=1, threshold=1,
+                    comparison_operator="LessThanThreshold", treat_missing_data="notBreaching")
+

@@ -200,6 +200,8 @@ def _lines(pairs: list[tuple[str, object]]) -> str:
 
 
 def slurm_conf(c: SlurmCluster) -> str:
+    # Over 60 lines on purpose: slurm.conf as one table of keys, each with the reason and source for its
+    # value beside it, in the file's own order.
     """/etc/slurm/slurm.conf on the head node (served to every GPU node by configless slurmctld)."""
     head = [
         ("ClusterName", c.name),

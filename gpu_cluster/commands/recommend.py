@@ -47,15 +47,47 @@ def _yaml_value(value) -> str:
     return f"{value:g}" if isinstance(value, (int, float)) else str(value)
 
 
+def _write_stack(args: argparse.Namespace, rec, w) -> Path:
+    """--write-stack: the top pick as a stack file, with a header saying what it was costed as."""
+    import yaml
+
+    from components.spec import SpecError
+    from gpu_cluster.recommend import stack_document
+
+    top = rec.top
+    emails = tuple(args.email) or (PLACEHOLDER_EMAIL,)
+    try:
+        doc = stack_document(rec, top, emails)
+    except SpecError as e:
+        raise UserError("the stack file it would write is invalid: " + "; ".join(
+            p.replace("cluster.budget.emails", "--email") for p in e.problems)) from None
+    files.output_file(Path(args.write_stack), "--write-stack")
+    path = Path(args.write_stack)
+    header = (f"# Written by `gpu-cluster recommend {args.workload}` for workload {w.name}: {top.nodes} × "
+              f"{top.shape.type} ({top.cloud} {top.tier}, {top.purchase}), est. {top.hours:,.0f} h of training, "
+              f"{top.monthly_cost:,.0f} {rec.currency}/month in the month of the run.\n"
+              f"# Exchange rate: {rec.rate.label}.\n"
+              + (f"# Replace the placeholder budget e-mail {PLACEHOLDER_EMAIL}.\n" if not args.email else "")
+              + (f"# A {top.block_hours}-h EC2 Capacity Block, step one of two: set capacity.start_date to the day it "
+                 f"should start (within 8 weeks); `pulumi up` buys it, paid up front and not refundable, and "
+                 f"launches no node. Then set capacity.reservation_id to the stack output capacity_reservation_id: "
+                 f"the `pulumi up` after the block is active (11:30 UTC on its start day) launches the nodes. The "
+                 f"block ends at its end time: checkpoint.\n"
+                 if top.block_hours else "")
+              + (f"# The GPU nodes cost more than the budget if left running all month ({top.node_month:,.0f} "
+                 f"{top.cost_currency} for 730 h): stop or destroy them when the run ends.\n"
+                 if not top.block_hours and top.hours < 730 and rec.rate.convert(top.node_month or 0, top.cost_currency, rec.currency)
+                 > w.budget.monthly_limit else ""))
+    files.write_text(path, header + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True), "--write-stack")
+    return path
+
+
 def run(args: argparse.Namespace) -> int:
     import math
 
-    import yaml
-
     from gpu_cluster import workload as wl
     from gpu_cluster.prices import load_book
-    from components.spec import SpecError
-    from gpu_cluster.recommend import recommend, stack_document
+    from gpu_cluster.recommend import recommend
 
     w = wl.load(Path(args.workload))
     if args.usd_cny is not None and not (math.isfinite(args.usd_cny) and args.usd_cny > 0):
@@ -66,33 +98,7 @@ def run(args: argparse.Namespace) -> int:
                      usd_cny=args.usd_cny if args.usd_cny is not None else w.usd_cny)
     rec = recommend(w, book)
     top = rec.top
-    written = None
-    if top is not None and args.write_stack:
-        emails = tuple(args.email) or (PLACEHOLDER_EMAIL,)
-        try:
-            doc = stack_document(rec, top, emails)
-        except SpecError as e:
-            raise UserError("the stack file it would write is invalid: " + "; ".join(
-                p.replace("cluster.budget.emails", "--email") for p in e.problems)) from None
-        files.output_file(Path(args.write_stack), "--write-stack")
-        path = Path(args.write_stack)
-        header = (f"# Written by `gpu-cluster recommend {args.workload}` for workload {w.name}: {top.nodes} × "
-                  f"{top.shape.type} ({top.cloud} {top.tier}, {top.purchase}), est. {top.hours:,.0f} h of training, "
-                  f"{top.monthly_cost:,.0f} {rec.currency}/month in the month of the run.\n"
-                  f"# Exchange rate: {rec.rate.label}.\n"
-                  + (f"# Replace the placeholder budget e-mail {PLACEHOLDER_EMAIL}.\n" if not args.email else "")
-                  + (f"# A {top.block_hours}-h EC2 Capacity Block, step one of two: set capacity.start_date to the day it "
-                     f"should start (within 8 weeks); `pulumi up` buys it, paid up front and not refundable, and "
-                     f"launches no node. Then set capacity.reservation_id to the stack output capacity_reservation_id: "
-                     f"the `pulumi up` after the block is active (11:30 UTC on its start day) launches the nodes. The "
-                     f"block ends at its end time: checkpoint.\n"
-                     if top.block_hours else "")
-                  + (f"# The GPU nodes cost more than the budget if left running all month ({top.node_month:,.0f} "
-                     f"{top.cost_currency} for 730 h): stop or destroy them when the run ends.\n"
-                     if not top.block_hours and top.hours < 730 and rec.rate.convert(top.node_month or 0, top.cost_currency, rec.currency)
-                     > w.budget.monthly_limit else ""))
-        files.write_text(path, header + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True), "--write-stack")
-        written = path
+    written = _write_stack(args, rec, w) if top is not None and args.write_stack else None
     assumed = w.defaulted()
     if args.json:
         data = rec.as_dict()
