@@ -105,7 +105,7 @@ def ours(stack: str, nodes: int, plan_out: str) -> dict:
 
 
 def baseline(stack: str, nodes: int, plan_in: str, typed: bool = False) -> dict:
-    from gpu_cluster.mocks import GpuClusterMocks, RecordingMonitor
+    from gpu_cluster.engine import GpuClusterMocks, RecordingMonitor
     from gpu_cluster.sdk_compat import without_stack_traces
 
     with open(plan_in, encoding="utf-8") as f:

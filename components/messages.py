@@ -1,7 +1,7 @@
 """Pydantic errors in the user's words: what is wrong with a value, never a library's vocabulary.
 
 Shared by the stack file (components/spec.py), the workload file and the price file
-(gpu_cluster/prices/validation.py), which add the field's path, the value and what is allowed.
+(gpu_cluster/pricebook/validation.py), which add the field's path, the value and what is allowed.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError, field_validator
 
-from components import catalog, clouds, messages, tiers, windows
+from components import catalog, clouds, messages, run_windows, tiers
 from components.catalog import Cloud, Shape
 from components.tiers import Tier
 
@@ -253,13 +253,13 @@ class Schedule(_Model):
         parsed = []
         for text in v:
             try:
-                parsed.append(windows.parse(text))
-            except windows.WindowError as e:
+                parsed.append(run_windows.parse(text))
+            except run_windows.WindowError as e:
                 raise ValueError(str(e)) from None
-        clash = windows.overlaps(parsed)
+        clash = run_windows.overlaps(parsed)
         if clash:
             raise ValueError(f"windows overlap on {', '.join(clash)}; give each hour of a day to one window")
-        if not windows.events(parsed):
+        if not run_windows.events(parsed):
             raise ValueError("cover the whole week, so nothing would ever stop; leave schedule out to run all the time")
         return v
 

@@ -15,11 +15,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from components import catalog
-from components import windows as run_windows
+from components import run_windows
 from components.headnode import HEAD_ROLE, ROLE_TAG
 from gpu_cluster.plan import Plan, Resource
-from gpu_cluster.prices import PriceBook, load_book
-from gpu_cluster.prices.catalog import spot_discount
+from gpu_cluster.pricebook import PriceBook, load_book
+from gpu_cluster.pricebook.catalog import spot_discount
 
 HOURS_PER_MONTH = 730
 

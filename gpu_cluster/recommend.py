@@ -51,7 +51,7 @@ from typing import Any, Optional
 
 from components import catalog, tiers
 from components.catalog import Shape
-from gpu_cluster.prices import PriceBook
+from gpu_cluster.pricebook import PriceBook
 from gpu_cluster.workload import Workload
 
 BYTES_PER_PARAM = {"full": 16.0, "pretrain": 16.0, "lora": 2.16}
@@ -299,7 +299,7 @@ def _block_regions(cloud: str, shape: Shape) -> tuple[str, ...]:
 
 
 def _purchases(w: Workload, cloud: str, shape: Shape, book: PriceBook) -> list[str]:
-    from gpu_cluster.prices.catalog import spot_discount
+    from gpu_cluster.pricebook.catalog import spot_discount
 
     out = ["on_demand"]
     if _block_regions(cloud, shape):

@@ -23,7 +23,7 @@ from pulumi.runtime.stack import run_pulumi_func
 
 from components.spec import Cluster
 from gpu_cluster import contracts
-from gpu_cluster.mocks import GpuClusterMocks, RecordingMonitor, Registration, resolve
+from gpu_cluster.engine import GpuClusterMocks, RecordingMonitor, Registration, resolve
 from gpu_cluster.sdk_compat import sync_await, without_stack_traces
 # The stack file, read and validated without the SDKs (re-exported: the commands and tests use them here).
 from gpu_cluster.stackfile import (CLUSTER_KEY, OUR_KEYS, PROJECT, ROOT, SAMPLE_STACKS, STACK_NAME,  # noqa: F401

@@ -23,7 +23,7 @@ PRICES_KEY = "gpu-cluster:prices"
 
 @lru_cache(maxsize=16)
 def _book(price_file: Optional[str]):
-    from gpu_cluster.prices import load_book
+    from gpu_cluster.pricebook import load_book
 
     return load_book(Path(price_file) if price_file else None)
 

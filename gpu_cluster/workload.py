@@ -34,7 +34,7 @@ from components import catalog
 from components.messages import essential, kind_of
 from gpu_cluster.errors import UserError
 from gpu_cluster.files import load_yaml
-from gpu_cluster.prices.validation import Number, Strict, describe, short
+from gpu_cluster.pricebook.validation import Number, Strict, describe, short
 
 Method = Literal["full", "lora", "pretrain"]
 CloudName = Literal["aws", "tencentcloud"]

@@ -1,4 +1,4 @@
-"""Test harness: render the real program under the project's one Mocks class (gpu_cluster/mocks/).
+"""Test harness: render the real program under the project's one Mocks class (gpu_cluster/engine/).
 
 `render_cluster(overrides)` renders a sample stack with changes applied to its `gpu-cluster:cluster`
 value and returns the plan as a `Plan`; components are built inside each test, by the real

@@ -249,7 +249,7 @@ def test_a_shape_the_zone_does_not_offer_fails_the_render_in_one_sentence(monkey
     import pulumi
 
     from conftest import stack_with
-    from gpu_cluster import mocks
+    from gpu_cluster import engine as mocks
     from gpu_cluster.render import render
 
     token = "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings"

@@ -97,7 +97,7 @@ def test_catalog_prices_every_shape_in_every_region_as_plan_does():
     estimate flag), or both say it is unpriced."""
     from gpu_cluster.commands.catalog import collect, unit_price
     from gpu_cluster.pricing import price_plan
-    from gpu_cluster.prices import load_book
+    from gpu_cluster.pricebook import load_book
 
     book = load_book()
     checked = 0

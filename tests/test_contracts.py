@@ -13,7 +13,7 @@ from gpu_cluster.stackfile import ROOT
 from conftest import rendered, stack_with
 from gpu_cluster import contracts
 from gpu_cluster.contracts import skeleton
-from gpu_cluster.mocks import COMPUTED
+from gpu_cluster.engine import COMPUTED
 from gpu_cluster.render import SAMPLE_STACKS
 
 # Variants that reach the types and functions the samples do not: shared subnets, spot, own images.

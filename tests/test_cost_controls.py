@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from components import catalog, windows
+from components import catalog, run_windows as windows
 from components.aws.compute import block_window, wants_placement_group
 from components.spec import ClusterSpec, SpecError, load_spec, stop_problems
 from components.tencentcloud import costcontrol as tc_controls
@@ -24,7 +24,7 @@ from gpu_cluster import pricing
 from gpu_cluster.bills.tencentcloud import cost_controls_config
 from gpu_cluster.plan import Plan
 from gpu_cluster.policyrun import run_policies
-from gpu_cluster.prices import load_book
+from gpu_cluster.pricebook import load_book
 
 AWS = {
     "name": "ft-day", "cloud": "aws", "zone": "us-east-1b", "tier": "entry", "nodes": 1,
@@ -312,7 +312,7 @@ BLOCK_LOOKUP = "aws:ec2/getCapacityBlockReservation:getCapacityBlockReservation"
 def _with_block(monkeypatch, **answer) -> tuple[Plan, list]:
     """aws-reserved rendered while AWS answers the block lookup with `answer` (not the session cache:
     the mock differs)."""
-    from gpu_cluster import mocks
+    from gpu_cluster import engine as mocks
     from gpu_cluster.render import render
 
     normal = mocks.LOOKUPS[BLOCK_LOOKUP]

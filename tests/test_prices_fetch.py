@@ -21,8 +21,8 @@ from botocore.stub import Stubber
 from components import catalog
 from components.headnode import HEAD_INSTANCE_TYPES
 from gpu_cluster import cli, pricing
-from gpu_cluster.prices import fetch_aws, fetch_tencent, load_book
-from gpu_cluster.prices.cache import PriceCache
+from gpu_cluster.pricebook import fetch_aws, fetch_tencent, load_book
+from gpu_cluster.pricebook.cache import PriceCache
 
 NOW = datetime.datetime(2026, 12, 1, 10, 0, tzinfo=datetime.timezone.utc)
 
@@ -255,7 +255,7 @@ def test_tencent_prices_fetch_command_and_offline_pricing(tmp_path, monkeypatch,
 
 def test_a_later_fetch_replaces_only_the_same_items(tmp_path):
     first = PriceCache.empty(tmp_path / "c.json")
-    from gpu_cluster.prices.cache import CacheItem
+    from gpu_cluster.pricebook.cache import CacheItem
 
     def item(key, price, region="us-east-1"):
         return CacheItem(cloud="aws", item="instance", key=key, region=region, price=price, currency="USD",

@@ -15,8 +15,8 @@ from components import catalog
 from conftest import stack_with
 from gpu_cluster import cli, pricing
 from gpu_cluster.errors import UserError
-from gpu_cluster.prices import catalog_book, load_book
-from gpu_cluster.prices.cache import CacheItem, PriceCache
+from gpu_cluster.pricebook import catalog_book, load_book
+from gpu_cluster.pricebook.cache import CacheItem, PriceCache
 from gpu_cluster.render import SAMPLE_STACKS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,14 +43,14 @@ def test_without_a_price_file_only_honestly_unpriced_items_remain(sample_plan, s
             # A GPU shape the catalog has no price for, or a shape it does not carry (the Slurm head
             # node's) with a prices.yaml row saying no public price was found.
             shape = catalog.shape(cloud, key)
-            from gpu_cluster.prices.catalog import entry
+            from gpu_cluster.pricebook.catalog import entry
             row = entry(cloud, "instance", key)
             if shape is not None:
                 assert shape.price_hourly is None and row is None, item.lookup
             else:
                 assert row is not None and row["price"] is None, item.lookup
         else:
-            from gpu_cluster.prices.catalog import entry
+            from gpu_cluster.pricebook.catalog import entry
             row = entry(cloud, kind, key)
             assert row is None or row["price"] is None, item.lookup
     assert all(i.origin == "catalog" for i in cost.items if i.monthly is not None)

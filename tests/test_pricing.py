@@ -8,7 +8,7 @@ import pytest
 
 from gpu_cluster.plan import Plan
 from gpu_cluster import pricing
-from gpu_cluster.prices import catalog_book
+from gpu_cluster.pricebook import catalog_book
 from gpu_cluster.pricing import HOURS_PER_MONTH
 
 P5, P4D, G4DN = 55.04, 21.957642, 0.526

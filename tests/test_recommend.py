@@ -14,7 +14,7 @@ import yaml
 
 from components import catalog
 from gpu_cluster import cli
-from gpu_cluster.prices import catalog_book
+from gpu_cluster.pricebook import catalog_book
 from gpu_cluster.recommend import recommend
 from gpu_cluster.workload import load, parse
 
@@ -25,7 +25,7 @@ USD_CNY = 7.1057
 @pytest.fixture(autouse=True)
 def catalog_only(monkeypatch, tmp_path):
     """The command reads prices/cache.json when present; these tests pin the catalog."""
-    import gpu_cluster.prices as prices
+    import gpu_cluster.pricebook as prices
 
     monkeypatch.setattr(prices, "DEFAULT_CACHE", tmp_path / "no-cache.json")
     original = prices.load_book

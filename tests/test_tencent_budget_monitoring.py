@@ -33,7 +33,7 @@ def test_one_actual_warning_per_threshold_and_a_forecast_at_100(sample_plan, ren
 def test_alarm_notice_goes_to_the_cam_users_of_the_budget_emails(sample_plan):
     """user_ids are CAM user UIDs (provider doc monitor_alarm_notice: "User UID List"), not the
     account UIN: each budget e-mail is looked up among the CAM users."""
-    from gpu_cluster.mocks.tencentcloud import _cam_users
+    from gpu_cluster.engine.tencentcloud import _cam_users
 
     (user,) = sample_plan("tencent-large").one(NOTICE).inputs["userNotices"]
     assert user["receiverType"] == "USER" and user["noticeWays"] == ["EMAIL"]

@@ -13,7 +13,7 @@ import pytest
 
 from components.aws.common import assume_role_policy
 from components.tencentcloud.cam import service_role_document
-from gpu_cluster.mocks.aws import ACCOUNT, PARTITION
+from gpu_cluster.engine.aws import ACCOUNT, PARTITION
 from gpu_cluster.plan import Plan
 from gpu_cluster.render import SAMPLE_STACKS, read_stack_file, stack_path
 

@@ -154,7 +154,7 @@ def test_the_rules_between_fields_are_all_reported_when_the_fields_are_valid():
 @pytest.fixture
 def catalog_prices(monkeypatch, tmp_path):
     """Price with the catalog alone, as tests/test_recommend.py does."""
-    import gpu_cluster.prices as prices
+    import gpu_cluster.pricebook as prices
 
     monkeypatch.setattr(prices, "DEFAULT_CACHE", tmp_path / "no-cache.json")
     original = prices.load_book
@@ -204,7 +204,7 @@ def _model_fields(model, prefix: str = ""):
     """(dotted path, field) of every field of `model` and of the models it nests."""
     from pydantic import BaseModel
 
-    from gpu_cluster.prices.validation import _unwrap
+    from gpu_cluster.pricebook.validation import _unwrap
 
     for name, field in model.model_fields.items():
         yield prefix + name, field

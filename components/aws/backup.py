@@ -12,7 +12,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components.aws.common import assume_role_policy, aws_managed_policy, tagged
-from components.schedules import snapshot_hours
+from components.snapshot_schedules import snapshot_hours
 
 BACKUP_TAG = "gpu-cluster:backup"
 """Tag key the lifecycle policy targets; the value is the cluster name (set on the data volumes)."""
@@ -79,7 +79,7 @@ class Backup(pulumi.ComponentResource):
                 schedules=[aws.dlm.LifecyclePolicyPolicyDetailsScheduleArgs(
                     name=f"every-{args.every_hours}h-keep-{args.retain}",
                     create_rule=aws.dlm.LifecyclePolicyPolicyDetailsScheduleCreateRuleArgs(
-                        # The same hours as Tencent for the same spec (components/schedules.py).
+                        # The same hours as Tencent for the same spec (components/snapshot_schedules.py).
                         interval=args.every_hours, interval_unit="HOURS",
                         times=f"{snapshot_hours(args.every_hours)[0]:02d}:00"),
                     retain_rule=aws.dlm.LifecyclePolicyPolicyDetailsScheduleRetainRuleArgs(count=args.retain),

@@ -25,7 +25,7 @@ from typing import Mapping, Optional, Sequence
 import pulumi
 import pulumi_aws as aws
 
-from components import windows as run_windows
+from components import run_windows
 from components.aws.common import assume_role_policy, policy_output, tagged
 from components.spec import IdleStop, Schedule
 

@@ -1,7 +1,7 @@
 """Snapshot schedules on Tencent Cloud: a CBS snapshot policy on every data disk (the Slurm head node's
 state disk too), CFS auto-snapshots.
 
-The hours come from the shared `components.schedules` so both clouds snapshot at the same times for
+The hours come from the shared `components.snapshot_schedules` so both clouds snapshot at the same times for
 the same `snapshots.every_hours`; `snapshots.retain` is days here (CBS `retention_days`, CFS
 `alive_days`).
 """
@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 import pulumi
 import tencentcloud_iac_pulumi as tencentcloud
 
-from components.schedules import ALL_WEEKDAYS, snapshot_hours
+from components.snapshot_schedules import ALL_WEEKDAYS, snapshot_hours
 
 CFS_EVERY_DAY = "1,2,3,4,5,6,7"
 """CFS `day_of_week`: every day. CFS numbers the days 1 (Monday) to 7 (Sunday) — unlike CBS, whose

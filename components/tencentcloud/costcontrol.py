@@ -32,7 +32,7 @@ from typing import Mapping, Optional, Sequence
 import pulumi
 import tencentcloud_iac_pulumi as tencentcloud
 
-from components import windows as run_windows
+from components import run_windows
 from components.clouds import OFFLINE_RENDER_ENV
 from components.spec import IdleStop, Schedule
 from components.tencentcloud import scf_cost_controls as handler

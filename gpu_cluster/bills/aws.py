@@ -7,7 +7,7 @@ import json
 from typing import Optional
 
 from gpu_cluster.plan import Plan, Resource, number
-from gpu_cluster.prices import NO_KEY
+from gpu_cluster.pricebook import NO_KEY
 from gpu_cluster.pricing import HOURS_PER_MONTH, WEEKS_PER_MONTH, LineItem, Pricer, weekly_hours
 
 AWS_INSTANCE = "aws:ec2/instance:Instance"

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from typing import Optional
 
-from components import windows as run_windows
+from components import run_windows
 from gpu_cluster.plan import Plan, Resource, number
-from gpu_cluster.prices import NO_KEY
+from gpu_cluster.pricebook import NO_KEY
 from gpu_cluster.pricing import HOURS_PER_MONTH, WEEKS_PER_MONTH, Pricer, weekly_hours
 
 TC_INSTANCE = "tencentcloud:Instance/instance:Instance"

@@ -32,7 +32,7 @@ def unit_price(shape: Any, region: Optional[str], book: Any = None) -> dict[str,
     catalog) and the same Pricer.unit, in the currency of the cloud's totals."""
     from components import catalog
     from gpu_cluster.bills import bill_of
-    from gpu_cluster.prices import load_book
+    from gpu_cluster.pricebook import load_book
     from gpu_cluster.pricing import Pricer
 
     region = region or shape.price_region or catalog.prices(shape.cloud).get("region")
@@ -72,7 +72,7 @@ def collect(cloud: Optional[str], tier: Optional[str], region: Optional[str]) ->
         if cloud is not None and cloud not in clouds:
             raise UserError(f"--region {region!r} is not a {cloud} region")
     chosen = [c for c in catalog.CLOUDS if c == cloud or cloud is None]
-    from gpu_cluster.prices import load_book
+    from gpu_cluster.pricebook import load_book
 
     book = load_book()
     out_tiers = []

@@ -53,8 +53,8 @@ def _check_region(cloud: str, region: str) -> None:
 
 def fetch(args: argparse.Namespace) -> int:
     from components import catalog
-    from gpu_cluster.prices import DEFAULT_CACHE
-    from gpu_cluster.prices.cache import PriceCache
+    from gpu_cluster.pricebook import DEFAULT_CACHE
+    from gpu_cluster.pricebook.cache import PriceCache
 
     _check_region(args.cloud, args.region)
     out = Path(args.out) if args.out else DEFAULT_CACHE
@@ -77,7 +77,7 @@ def fetch(args: argparse.Namespace) -> int:
 
 
 def _fetch_aws(args: argparse.Namespace, types: list[str], now: datetime.datetime) -> tuple[list, list[str]]:
-    from gpu_cluster.prices import fetch_aws
+    from gpu_cluster.pricebook import fetch_aws
 
     ui.note(f"asking the AWS Price List API for {len(types)} instance types and 4 storage/network items in "
             f"{args.region}")
@@ -86,7 +86,7 @@ def _fetch_aws(args: argparse.Namespace, types: list[str], now: datetime.datetim
 
 def _fetch_tencent(args: argparse.Namespace, types: list[str], now: datetime.datetime) -> tuple[list, list[str]]:
     from components import catalog
-    from gpu_cluster.prices import fetch_tencent
+    from gpu_cluster.pricebook import fetch_tencent
 
     if not args.zone or catalog.region_of_zone("tencentcloud", args.zone) != args.region:
         raise UserError(f"--zone {args.zone!r}: give a zone of --region {args.region} (e.g. {args.region}-5); "
@@ -102,8 +102,8 @@ def _fetch_tencent(args: argparse.Namespace, types: list[str], now: datetime.dat
 
 def show(args: argparse.Namespace) -> int:
     from components import catalog
-    from gpu_cluster.prices import NO_KEY, load_book
-    from gpu_cluster.prices.catalog import entry
+    from gpu_cluster.pricebook import NO_KEY, load_book
+    from gpu_cluster.pricebook.catalog import entry
 
     book = load_book(Path(args.prices) if args.prices else None)
     rows = []

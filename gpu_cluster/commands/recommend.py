@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     import math
 
     from gpu_cluster import workload as wl
-    from gpu_cluster.prices import load_book
+    from gpu_cluster.pricebook import load_book
     from gpu_cluster.recommend import recommend
 
     w = wl.load(Path(args.workload))

@@ -4,7 +4,7 @@ One data file per cloud (`aws.yaml`, `tencentcloud.yaml` beside this module), ev
 the provider's own documentation or schema source for the versions pinned in requirements.txt and
 citing the file it was read from. Three consumers, one source of truth:
 
-- the mocks (gpu_cluster/mocks/) answer from them: a function returns only attributes its Read sets
+- the mocks (gpu_cluster/engine/) answer from them: a function returns only attributes its Read sets
   (plus echoed arguments), a resource only attributes the provider computes — a mock that invents an
   output the provider never returns raises `ContractError`;
 - every render is checked against them (`check_registration`): a required argument missing or null,

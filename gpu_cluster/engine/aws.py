@@ -1,4 +1,4 @@
-"""What AWS computes and answers, for the offline mocks (see gpu_cluster/mocks/__init__.py).
+"""What AWS computes and answers, for the offline mocks (see gpu_cluster/engine/__init__.py).
 
 Every value is derived from the logical name, the inputs or the id, so a render is deterministic.
 Instances copy the subnet, security groups and zone from their launch template's primary network

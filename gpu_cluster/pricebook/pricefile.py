@@ -13,7 +13,7 @@ price_file:
     - {cloud: tencentcloud, item: instance, key: GT4.20XLARGE474, region: ap-shanghai, price: 120, currency: CNY}
 ```
 
-Items and keys are those of `gpu_cluster.prices.ITEMS`. A price without `region` applies in every
+Items and keys are those of `gpu_cluster.pricebook.ITEMS`. A price without `region` applies in every
 region. Give it with `--prices FILE` (plan) or the stack config key `gpu-cluster:prices` (a path
 relative to the stack file).
 """
@@ -30,8 +30,8 @@ from components import catalog
 from components.messages import kind_of
 from gpu_cluster.errors import UserError
 from gpu_cluster.files import load_yaml
-from gpu_cluster.prices import CURRENCIES, ITEMS, NO_KEY, Discount, Price, Rate
-from gpu_cluster.prices.validation import Number, Strict, problems
+from gpu_cluster.pricebook import CURRENCIES, ITEMS, NO_KEY, Discount, Price, Rate
+from gpu_cluster.pricebook.validation import Number, Strict, problems
 
 CloudName = Literal["aws", "tencentcloud"]
 Item = Literal[tuple(ITEMS)]  # type: ignore[valid-type]

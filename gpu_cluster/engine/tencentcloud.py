@@ -1,4 +1,4 @@
-"""What Tencent Cloud computes and answers, for the offline mocks (see gpu_cluster/mocks/__init__.py).
+"""What Tencent Cloud computes and answers, for the offline mocks (see gpu_cluster/engine/__init__.py).
 
 Ids follow Tencent's formats: a resource prefix and 8 lowercase alphanumerics (vpc-1a2b3c4d), a number
 (CAM), a UUID (CLS), or what the provider builds from the resource's arguments (COS, SCF, attachments,

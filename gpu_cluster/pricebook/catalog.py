@@ -6,7 +6,7 @@ from functools import lru_cache
 from typing import Any, Optional
 
 from components import catalog
-from gpu_cluster.prices import ITEMS, NO_KEY, Price, Rate
+from gpu_cluster.pricebook import ITEMS, NO_KEY, Price, Rate
 
 
 @lru_cache(maxsize=None)

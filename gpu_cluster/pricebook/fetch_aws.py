@@ -23,8 +23,8 @@ import json
 import re
 from typing import Any, Callable, Iterable, Optional
 
-from gpu_cluster.prices import NO_KEY
-from gpu_cluster.prices.cache import CacheItem
+from gpu_cluster.pricebook import NO_KEY
+from gpu_cluster.pricebook.cache import CacheItem
 
 PRICING_ENDPOINT_REGION = "us-east-1"
 """The Price List Query API answers from us-east-1 (also eu-central-1, ap-south-1)."""

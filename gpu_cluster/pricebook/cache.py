@@ -27,8 +27,8 @@ from pydantic import Field, ValidationError
 from gpu_cluster.errors import UserError
 from gpu_cluster import files
 from gpu_cluster.files import load_json
-from gpu_cluster.prices import CURRENCIES, ITEMS, Price
-from gpu_cluster.prices.validation import Number, Strict, problems
+from gpu_cluster.pricebook import CURRENCIES, ITEMS, Price
+from gpu_cluster.pricebook.validation import Number, Strict, problems
 
 FORMAT = 1
 

@@ -174,9 +174,9 @@ def load_book(price_file: Optional[Path] = None, cache: Optional[Path] = DEFAULT
     `cache=None` leaves the cache out; the default reads the committed `prices/cache.json` when there
     is one. `usd_cny` overrides every other exchange rate (the `--usd-cny` option).
     """
-    from gpu_cluster.prices.cache import PriceCache
-    from gpu_cluster.prices.catalog import CatalogPrices
-    from gpu_cluster.prices.pricefile import PriceFile
+    from gpu_cluster.pricebook.cache import PriceCache
+    from gpu_cluster.pricebook.catalog import CatalogPrices
+    from gpu_cluster.pricebook.pricefile import PriceFile
 
     sources: list[PriceSource] = []
     discounts: tuple[Discount, ...] = ()

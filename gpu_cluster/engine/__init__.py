@@ -1,7 +1,7 @@
 """The one Mocks class (docs/architecture.md, "Tests"): deterministic ids, realistic computed outputs, answers to lookups.
 
 Used by the offline renderer and by the tests alike. What a cloud computes (ARNs, DNS names, mount
-names) and the lookups its components make live in `gpu_cluster/mocks/<cloud>.py`, each a table of
+names) and the lookups its components make live in `gpu_cluster/engine/<cloud>.py`, each a table of
 small functions keyed by the provider's type token; this module merges them and records every
 registration the program makes, in order, for the plan file.
 """
@@ -18,8 +18,8 @@ from pulumi.runtime.mocks import MockCallArgs, MockMonitor, MockResourceArgs
 
 from gpu_cluster import contracts
 from gpu_cluster.sdk_compat import ensure_event_loop, sync_await
-from gpu_cluster.mocks import aws as mocks_aws
-from gpu_cluster.mocks import tencentcloud as mocks_tencentcloud
+from gpu_cluster.engine import aws as mocks_aws
+from gpu_cluster.engine import tencentcloud as mocks_tencentcloud
 
 # A computed-outputs function gets (logical name, engine inputs, id) and returns extra outputs.
 Computed = Callable[[str, dict, str], dict]
@@ -76,7 +76,7 @@ class GpuClusterMocks(pulumi.runtime.Mocks):
         lookup = LOOKUPS.get(args.token)
         if lookup is None:
             self.problems.append(f"the offline mocks have no answer for the function {args.token}; add one to "
-                                 f"gpu_cluster/mocks/<cloud>.py, returning only what its contract says it returns")
+                                 f"gpu_cluster/engine/<cloud>.py, returning only what its contract says it returns")
             return {}
         result, problems = contracts.function_result(args.token, args.args, lookup(args.args))
         self.problems += problems

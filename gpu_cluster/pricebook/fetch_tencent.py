@@ -23,8 +23,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
-from gpu_cluster.prices import NO_KEY
-from gpu_cluster.prices.cache import CacheItem
+from gpu_cluster.pricebook import NO_KEY
+from gpu_cluster.pricebook.cache import CacheItem
 
 HOURS_PER_MONTH = 730
 DISK_PROBE_GB = 1000

@@ -1,8 +1,8 @@
-"""The shared snapshot schedule (components/schedules.py): pure, no mocks."""
+"""The shared snapshot schedule (components/snapshot_schedules.py): pure, no mocks."""
 
 import pytest
 
-from components.schedules import ALL_WEEKDAYS, snapshot_hours
+from components.snapshot_schedules import ALL_WEEKDAYS, snapshot_hours
 
 
 @pytest.mark.parametrize("every, hours", [
