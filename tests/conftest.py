@@ -8,12 +8,8 @@ value and returns the plan as a `Plan`; components are built inside each test, b
 from __future__ import annotations
 
 import copy
-import fcntl
 import gc
-import hashlib
 import json
-import os
-import pickle
 import sys
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -51,30 +47,18 @@ def stack_with(stack: str, changes: Optional[dict] = None, config: Optional[dict
 
 
 _RENDERS: dict[str, Any] = {}
-_SHARED: list[Path] = []
-"""The folder the test processes of one run share renders in (pytest-xdist workers), if any."""
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _shared_renders(tmp_path_factory):
-    """Workers of one `pytest -n` run share each render: the first to need it renders, the others load it."""
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        folder = tmp_path_factory.getbasetemp().parent / "renders"
-        folder.mkdir(exist_ok=True)
-        _SHARED.append(folder)
-    yield
-    _SHARED.clear()
 
 
 def rendered(stack_file: StackFile):
-    """`render(stack_file)`, once per test run for equal stack files (a render is a pure function of the
-    stack file; 39 of 120 renders were repeats, and the two workers rendered 13 stack files each). Its
+    """`render(stack_file)`, once per test process for equal stack files (a render is a pure function of the
+    stack file). Each pytest-xdist worker renders for itself: sharing renders between the workers through
+    pickled files saved nothing measurable (docs/benchmarks.md) and was removed. Its
     `plan()` makes a new document on each call, so a test may change what it gets; a render that fails is
     not kept, and fails again for the next test. A test that changes the mocks' answers calls `render`
     itself."""
     key = json.dumps([stack_file.stack, str(stack_file.path), stack_file.config], sort_keys=True)
     if key not in _RENDERS:
-        _RENDERS[key] = _shared_render(key, stack_file) if _SHARED else render(stack_file)
+        _RENDERS[key] = render(stack_file)
         _keep_out_of_the_collectors_way()
     return _RENDERS[key]
 
@@ -88,21 +72,6 @@ def _keep_out_of_the_collectors_way() -> None:
     the largest process's peak memory went from 252 to 300 MB)."""
     gc.collect()
     gc.freeze()
-
-
-def _shared_render(key: str, stack_file: StackFile):
-    """The render of `stack_file` from the run's shared folder, made here (under a lock, so no two
-    workers render the same file) when no worker has made it yet."""
-    path = _SHARED[0] / hashlib.sha256(key.encode()).hexdigest()
-    with open(path.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if path.exists():
-            return pickle.loads(path.read_bytes())
-        result = render(stack_file)
-        partial = path.with_suffix(".partial")
-        partial.write_bytes(pickle.dumps(result))
-        partial.rename(path)
-        return result
 
 
 def load_yaml(text: str):
