@@ -30,7 +30,12 @@ Scheduler = Literal["slurm", "none"]
 NAME_TAG = "gpu-cluster:name"
 """The tag naming a resource's cluster: budgets filter cost on it (both clouds)."""
 
-_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s.]+(?:\.[^@\s.]+)+$")
+"""local@domain.tld. The domain's labels exclude the dot that separates them, so a hostile address cannot
+make the match backtrack (x@....@ took quadratic time when the domain was any run of non-blanks, a dot and
+another run); an address is also at most EMAIL_MAX characters."""
+EMAIL_MAX = 254
+"""The longest e-mail address SMTP carries (RFC 5321 §4.5.3.1.3: a path of 256 octets, less the brackets)."""
 _NAME = re.compile(r"[a-z](?:[a-z0-9]|-(?=[a-z0-9])){1,23}")
 """Cluster names: a lower-case letter, then letters, digits and single hyphens, 2-24 characters, ending
 in a letter or digit — valid inside every physical name derived from it (S3 and COS bucket names,
@@ -158,8 +163,9 @@ class Storage(_Model):
     )
     scratch: Optional[Scratch] = Field(
         default=None,
-        description="/scratch: nvme = the shape's local NVMe striped as RAID0 at boot; disk = a "
-        "non-persistent cloud disk; none. Default: nvme when the shape has local NVMe, else none.",
+        description="/scratch: nvme = the shape's local NVMe (on AWS the Deep Learning AMI's own volume of "
+        "them, bind-mounted; elsewhere a RAID0 made at boot); disk = a non-persistent cloud disk; none. "
+        "Default: nvme when the shape has local NVMe, else none.",
     )
     data_disk_gb: StrictInt = Field(
         default=0, ge=0, le=16384,
@@ -222,6 +228,9 @@ class Budget(_Model):
     @field_validator("emails")
     @classmethod
     def _emails(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        long_ = [e[:40] + "..." for e in v if len(e) > EMAIL_MAX]
+        if long_:
+            raise ValueError(f"e-mail addresses are at most {EMAIL_MAX} characters, got {long_}")
         bad = [e for e in v if not _EMAIL.match(e)]
         if bad:
             raise ValueError(f"not e-mail addresses: {bad}")

@@ -164,3 +164,16 @@ def test_stateful_urns_survive_purchase_and_tier_changes(sample_plan, render_clu
         return {r.urn for r in plan.resources if r.type in (FSX, BUCKET, VOLUME) and r.protect}
 
     assert stateful(render_cluster("aws-large", changes)) == stateful(sample_plan("aws-large"))
+
+
+def test_the_data_repository_association_waits_longer_than_the_providers_ten_minutes():
+    """Its metadata import at create grows with the bucket; the provider's default create wait is 10 min
+    (fsx_data_repository_association.html.markdown, Timeouts), after which `pulumi up` fails."""
+    from conftest import rendered, stack_with
+
+    from components.aws.storage import DRA_CREATE_TIMEOUT
+
+    regs = rendered(stack_with("aws-mid")).registrations  # aws-mid links s3://ft-mid-datasets/corpora/
+    [dra] = [r for r in regs if r.type == DRA]
+    assert dra.custom_timeouts == {"create": DRA_CREATE_TIMEOUT} == {"create": "2h"}
+    assert not [r.name for r in regs if r.custom_timeouts and r.type != DRA], "no other wait is changed"

@@ -151,7 +151,8 @@ class ComputeArgs:
     root_gb: int
     """Encrypted gp3 root volume per node, GB."""
     scratch: str
-    """nvme (RAID0 of the local drives) | disk (a non-persistent gp3 disk of root_gb) | none."""
+    """nvme (the local drives: the DLAMI's own volume of them, bind-mounted at /scratch; a RAID0 made at boot
+    on another image) | disk (a non-persistent gp3 disk of root_gb) | none."""
     agent_config: str
     """CloudWatch agent configuration JSON (components/aws/monitoring.py)."""
     tags: Mapping[str, str]

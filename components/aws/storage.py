@@ -51,6 +51,10 @@ class StorageArgs:
     """Size of the Slurm head node's state volume, GB (components/headnode.py HEAD_DATA_GB); 0: no head node."""
 
 
+DRA_CREATE_TIMEOUT = "2h"
+"""How long `pulumi up` waits for the data repository association (and its metadata import) to be made."""
+
+
 class Storage(pulumi.ComponentResource):
     """The cluster's file system, checkpoint bucket and data volumes."""
 
@@ -177,7 +181,13 @@ class Storage(pulumi.ComponentResource):
                 s3=aws.fsx.DataRepositoryAssociationS3Args(
                     auto_import_policy=aws.fsx.DataRepositoryAssociationS3AutoImportPolicyArgs(
                         events=["NEW", "CHANGED", "DELETED"])),
-                tags=tagged(args.tags, f"{name}-lustre-s3"), opts=child)
+                tags=tagged(args.tags, f"{name}-lustre-s3"),
+                # The provider waits 10 minutes for the association by default (terraform-provider-aws
+                # website/docs/r/fsx_data_repository_association.html.markdown, Timeouts: create 10m), and
+                # batch_import_meta_data_on_create imports every object's metadata first, which grows with
+                # the bucket (FSx for Lustre user guide, "Importing files from your data repository"); a
+                # create that outlasts the wait fails `pulumi up` while FSx goes on.
+                opts=pulumi.ResourceOptions(parent=self, custom_timeouts=pulumi.CustomTimeouts(create=DRA_CREATE_TIMEOUT)))
 
     def _bucket(self, name: str, args: StorageArgs, child: pulumi.ResourceOptions,
                 keep: pulumi.ResourceOptions) -> None:

@@ -101,6 +101,8 @@ class Registration:
     ignore_changes: list[str] = field(default_factory=list)
     property_dependencies: dict[str, list[str]] = field(default_factory=dict)
     delete_before_replace: bool = False
+    custom_timeouts: dict = field(default_factory=dict)
+    """create / update / delete waits the program asks the provider for (ResourceOptions.custom_timeouts)."""
 
 
 class RecordingMonitor(MockMonitor):
@@ -144,6 +146,8 @@ class RecordingMonitor(MockMonitor):
             ignore_changes=list(request.ignoreChanges),
             property_dependencies={k: list(v.urns) for k, v in request.propertyDependencies.items()},
             delete_before_replace=bool(request.deleteBeforeReplace),
+            custom_timeouts={k: v for k in ("create", "update", "delete")
+                             if (v := getattr(request.customTimeouts, k, ""))},
         ))
         return response
 

@@ -93,10 +93,11 @@ def reaches_internet(version: int, allowed: list[Interval]) -> bool:
     return not subtract(PUBLIC[version], union(allowed))
 
 
-BROAD_PREFIX = {4: 8, 6: 32}
-"""A source that opens more public addresses than one prefix of this length holds (a /8 of IPv4, a /32 of
-IPv6) is treated as the internet too: no office or VPN range comes near it, and 0.0.0.0/1 or "everything
-but one address" must not pass because a few addresses are left out."""
+BROAD_PREFIX = {4: 16, 6: 32}
+"""A source that opens more public addresses than one prefix of this length holds (a /16 of IPv4, 65,536
+addresses; a /32 of IPv6) is treated as the internet too: an office or VPN range is far smaller, and
+0.0.0.0/1, "everything but one address" or a whole public /8 must not pass because some addresses are
+left out."""
 
 
 def too_broad(version: int, allowed: list[Interval], prefix: Optional[int] = None) -> bool:

@@ -575,7 +575,7 @@ def _no_public_ssh(args: Any, report_violation: Any) -> None:
 no_public_ssh = StackValidationPolicy(
     name="no-public-ssh",
     description="No security group, network ACL or node group lets the whole internet (or a public range wider "
-                "than a /8 of IPv4 or a /32 of IPv6) reach SSH, RDP or another high-risk administrative port "
+                "than a /16 of IPv4 or a /32 of IPv6) reach SSH, RDP or another high-risk administrative port "
                 "(AWS FSBP EC2.19).",
     enforcement_level=EnforcementLevel.MANDATORY,
     validate=_no_public_ssh,
@@ -586,7 +586,7 @@ no_public_ssh = StackValidationPolicy(
                            "ports of AWS FSBP control EC2.19).",
         },
         "broadIpv4Prefix": {
-            "type": "integer", "minimum": 1, "maximum": 32, "default": 8,
+            "type": "integer", "minimum": 1, "maximum": 32, "default": 16,
             "description": "IPv4 sources opening more public addresses than a prefix of this length holds count as "
                            "the internet.",
         },
