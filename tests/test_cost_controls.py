@@ -157,6 +157,21 @@ def test_idle_stop_defaults_on_only_for_experimental_on_demand_clusters():
     assert load_spec(merge(AWS, {"criticality": "experimental", "idle_stop": None}), REGIONS).spec.idle_stop is None
 
 
+def test_the_plan_says_that_idle_stop_does_not_see_slurm_jobs():
+    """Until Slurm power saving exists, idle stop judges GPU utilisation alone: a user with Slurm must be
+    told that a job in a CPU-only phase can lose its node and that nothing restarts it for pending jobs."""
+    from components.aws.notes import cost_control_notes
+
+    def warned(changes: dict) -> bool:
+        cluster = load_spec(merge(AWS, {"criticality": "experimental", **changes}), REGIONS)
+        return any(n.startswith("idle_stop with Slurm") and "CPU-only phase" in n and "power saving" in n
+                   for n in cost_control_notes(cluster.spec, cluster.shape))
+
+    assert warned({"scheduler": "slurm"})
+    assert not warned({"scheduler": "none"})
+    assert not warned({"scheduler": "slurm", "idle_stop": None})
+
+
 # ---- AWS -------------------------------------------------------------------------------------------
 
 def _policy(plan: Plan, name_part: str) -> dict:

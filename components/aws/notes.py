@@ -97,6 +97,25 @@ def slurm_notes(spec: "ClusterSpec") -> list[str]:
     ]
 
 
+def _idle_stop_notes(spec: "ClusterSpec") -> list[str]:
+    """How idle stop acts, and, with Slurm, what it does not see."""
+    out: list[str] = []
+    if spec.idle_stop is None:
+        return out
+    out.append(f"idle_stop: a CloudWatch alarm per node stops it (EC2 stop action) when its GPU utilisation averages "
+               f"below {spec.idle_stop.gpu_util_below_pct} % in every 5 minutes for {spec.idle_stop.for_minutes} "
+               f"min; a node that sends no metric is never stopped. CloudWatch creates the service-linked role for "
+               f"EC2 alarm actions itself at the first such alarm, so whoever runs `pulumi up` needs "
+               f"iam:CreateServiceLinkedRole (CloudWatch API reference, PutMetricAlarm)")
+    if spec.scheduler == "slurm":
+        out.append("idle_stop with Slurm: the alarm sees GPU utilisation, not jobs. A job in a long CPU-only phase "
+                   "(preprocessing, checkpoint upload) can have its node stopped under it and is requeued, and "
+                   "nothing starts a stopped node for pending jobs (Slurm power saving is not built yet): a run "
+                   "window or `aws ec2 start-instances` does; idle_stop: null keeps nodes up (docs/slurm.md, "
+                   "\"What happens to a job\")")
+    return out
+
+
 def cost_control_notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
     """What stops what, and what a stop costs, on AWS."""
     out = []
@@ -107,12 +126,7 @@ def cost_control_notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
                    f"({'; '.join(spec.schedule.windows)}, {spec.schedule.timezone}); a node started by hand outside "
                    f"the windows runs until the next stop, and so do the nodes the first `pulumi up` launches "
                    f"outside a window")
-    if spec.idle_stop is not None:
-        out.append(f"idle_stop: a CloudWatch alarm per node stops it (EC2 stop action) when its GPU utilisation averages "
-                   f"below {spec.idle_stop.gpu_util_below_pct} % in every 5 minutes for {spec.idle_stop.for_minutes} "
-                   f"min; a node that sends no metric is never stopped. CloudWatch creates the service-linked role for "
-                   f"EC2 alarm actions itself at the first such alarm, so whoever runs `pulumi up` needs "
-                   f"iam:CreateServiceLinkedRole (CloudWatch API reference, PutMetricAlarm)")
+    out += _idle_stop_notes(spec)
     if spec.budget.stop_at_pct is not None:
         hold = (" and a second action attaches a Deny of ec2:StartInstances to the schedules' role, so the run "
                 "windows do not start them again; reverse both actions in the AWS Budgets console once the budget "
