@@ -334,6 +334,33 @@ def test_a_failed_check_is_rerun_by_the_timer_until_it_passes(node):
     assert again.returncode == 0 and (st / "metrics.log").read_text() == before, "PASS: nothing re-run"
 
 
+@pytest.mark.parametrize("failed", [scripts.NODE_SETUP_UNIT, "slurmd.service"])
+def test_a_node_that_could_not_join_joins_again_at_the_next_recheck(node, failed):
+    """A node whose setup failed (say, no munge key within MUNGE_WAIT_S) or whose slurmd failed used to
+    stay out of the cluster for good: the recheck timer starts slurmd again, which runs node-setup first."""
+    c, env, st, root = node
+    (st / "failed-units").write_text(failed + "\n")
+    script = scripts.health_recheck_script(c).replace(f"BIN='{c.paths.bin}'", f"BIN='{root}/bin'")
+    r = _run(root / "bin/health-recheck", script, env)
+    assert r.returncode == 0 and "joining the cluster again" in r.stdout, r.stderr
+    calls = (st / "systemctl.log").read_text().splitlines()
+    assert calls[-1] == "systemctl start --no-block slurmd.service", calls
+    assert not (st / "metrics.log").exists() or "NodeHealthy" not in (st / "metrics.log").read_text(), \
+        "node-setup runs the check itself once it has joined"
+
+
+def test_a_slurmd_stopped_on_purpose_stays_down(node):
+    """spot-watch stops slurmd (inactive, not failed) on an interruption notice: the recheck must not
+    bring the doomed node back into service."""
+    c, env, st, root = node
+    (st / "failed-units").write_text("")
+    _health(node)  # a passing check: nothing for the recheck to do
+    script = scripts.health_recheck_script(c).replace(f"BIN='{c.paths.bin}'", f"BIN='{root}/bin'")
+    r = _run(root / "bin/health-recheck", script, env)
+    assert r.returncode == 0 and "joining" not in r.stdout
+    assert "start --no-block slurmd.service" not in (st / "systemctl.log").read_text()
+
+
 def test_the_recheck_restarts_a_fabric_manager_that_failed_at_boot(node):
     c, env, st, root = node
     r, status = _health(node, fabricmanager="failed")

@@ -27,7 +27,7 @@ NODE_PACKAGES = ("slurmd", "slurm-client", "munge", "fio", "iptables")
 """iptables for the metadata guard (Ubuntu noble main: packages.ubuntu.com/noble/iptables); setpriv,
 which the health check uses, is util-linux, which every Ubuntu has (Priority: required)."""
 
-NODE_SETUP_UNIT = "gpu-cluster-node-setup.service"
+NODE_SETUP_UNIT = scripts.NODE_SETUP_UNIT
 HEAD_SETUP_UNIT = "gpu-cluster-head-setup.service"
 SPOT_WATCH_UNIT = "gpu-cluster-spot-watch.service"
 GUARD_UNIT = "gpu-cluster-metadata-guard.service"
@@ -124,7 +124,7 @@ WantedBy=multi-user.target
 
 
 _RECHECK_UNIT = """[Unit]
-Description=Re-run a failed GPU node health check (gpu-cluster)
+Description=Join the cluster again or re-run a failed GPU node health check (gpu-cluster)
 After={setup} slurmd.service
 
 [Service]
@@ -132,7 +132,7 @@ Type=oneshot
 ExecStart={exec}
 """
 _RECHECK_TIMER_UNIT = """[Unit]
-Description=Re-run a failed GPU node health check every {every} min (gpu-cluster)
+Description=Join again or re-run a failed GPU node health check every {every} min (gpu-cluster)
 
 [Timer]
 OnBootSec={first}min

@@ -40,6 +40,8 @@ from components.slurm.conf import SLURMCTLD_PORT, SlurmCluster
 from components.slurm.fabric import fabric, fio_settings, gpu_mem_min_fraction
 
 HEALTH_REASON_PREFIX = "gpu-cluster-health:"
+NODE_SETUP_UNIT = "gpu-cluster-node-setup.service"
+"""The GPU node's setup unit (components/slurm/boot.py writes it; health-recheck restarts a failed one)."""
 SPOT_REASON_PREFIX = "spot-interruption:"
 MUNGE_WAIT_S = 1800
 MOUNT_WAIT_S = DATA_WAIT_SECONDS + 120
@@ -532,6 +534,18 @@ def health_gate_script(c: SlurmCluster) -> str:
 
 # ---------------------------------------------------------------------------------------------
 _RECHECK_BODY = r'''
+# Joining again. A node-setup that failed (no munge key within its wait, a secret that could not be
+# read) leaves slurmd down, since slurmd Requires= it; so does a slurmd that failed. Starting slurmd
+# runs node-setup again first (Requires= and After=, systemd.unit(5)). A slurmd stopped on purpose
+# (spot-watch, on an interruption notice) is inactive, not failed, and stays down.
+if systemctl is-failed --quiet "$SETUP_UNIT" slurmd.service; then
+  echo "health-recheck: $SETUP_UNIT or slurmd.service failed; joining the cluster again"
+  systemctl reset-failed "$SETUP_UNIT" slurmd.service || true
+  if ! systemctl start --no-block slurmd.service; then
+    echo "health-recheck: could not start slurmd.service; trying again at the next recheck" >&2
+  fi
+  exit 0
+fi
 # A node drained by a one-off failure at boot (a slow mount, a late fabric manager) comes back by
 # itself: while the last result is not PASS, run the check again; health-gate resumes the node when
 # it passes. Slurm never places a job on a drained node, so no job can do this.
@@ -553,9 +567,10 @@ fi
 
 
 def health_recheck_script(c: SlurmCluster) -> str:
-    """Run by a systemd timer on every GPU node: the health check again while it fails."""
-    return _script("Re-run a failed GPU node health check", {
-        "BIN": c.paths.bin, "STATUS_FILE": c.paths.health_status_file,
+    """Run by a systemd timer on every GPU node: joins the cluster again when node-setup or slurmd failed,
+    and runs the health check again while it fails."""
+    return _script("Join again after a failed setup; re-run a failed GPU node health check", {
+        "BIN": c.paths.bin, "STATUS_FILE": c.paths.health_status_file, "SETUP_UNIT": NODE_SETUP_UNIT,
         "FABRIC_MANAGER": int(fabric(c.cloud, c.shape.type).fabric_manager),
     }, _RECHECK_BODY, [FM_STATE_FUNCTION])
 

@@ -40,6 +40,14 @@ fi
 if [ "${1:-}" = is-active ]; then
   [ "$(cat "$STUB_STATE/fabricmanager")" = active ]
 fi
+# `systemctl is-failed --quiet UNIT...`: failed when a unit is listed in $STUB_STATE/failed-units.
+if [ "${1:-}" = is-failed ]; then
+  for unit in "${@:2}"; do
+    [ "$unit" = --quiet ] && continue
+    grep -qxF -- "$unit" "$STUB_STATE/failed-units" 2>/dev/null && exit 0
+  done
+  exit 1
+fi
 # `systemctl show -p ActiveState --value nvidia-fabricmanager`; "activating-then-active" answers
 # activating once, then active.
 if [ "${1:-}" = show ]; then
