@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import re
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -572,7 +573,24 @@ def _finish_side(run: Run, out: Path, stacks: list[str], deadline: float, budget
         report = out / f"{s}.report.json"
         if s in side.plans and report.is_file():
             side.ignore_changes[s] = json.loads(report.read_text(encoding="utf-8")).get("ignore_changes") or {}
+    # A stack file the renderer was given must come back as a plan or a reason. Anything else (the process
+    # killed, out of memory, a crash before it wrote a word) is a failure of that stack: read as "the stack
+    # file was removed", it would pass the gate with nothing judged.
+    if run.proc is not None:
+        given = {f.name[len("Pulumi."):-len(".yaml")] for f in run.files}
+        for s in stacks:
+            if s in given and s not in side.plans and s not in side.failures:
+                side.failures[s] = f"the renderer gave neither a plan nor a reason ({_exit_status(run.proc.returncode)})"
     return side
+
+
+def _exit_status(code: Optional[int]) -> str:
+    if code is not None and code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
 
 
 def _at_base(base: str, path: str) -> bool:
@@ -594,7 +612,13 @@ def review_stacks(base: str, only: Sequence[str] = (), head: Path = ROOT) -> lis
 
 
 def _stacks_in(tree: Path) -> list[str]:
-    return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in (tree / "stacks").glob("Pulumi.*.yaml"))
+    """The stack names of the stack files in `tree`'s stacks/; a file name that is not UTF-8 comes back with
+    its bytes escaped (\\xff), so it is refused as a stack name and can be printed."""
+    return sorted(_printable(p.name[len("Pulumi."):-len(".yaml")]) for p in (tree / "stacks").glob("Pulumi.*.yaml"))
+
+
+def _printable(name: str) -> str:
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def _refused_in_head(stacks: Sequence[str], head: Path) -> dict[str, str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -303,6 +304,33 @@ def test_a_pull_request_that_breaks_a_stack_file_exits_2_and_shows_why_not_delet
     assert "is a symbolic link; stack files in stacks/ must be regular files" in md
     doc = json.loads(result.stdout)
     assert doc["exit_status"] == 2 and [s["status"] for s in doc["stacks"]] == ["invalid", "invalid"]
+
+
+def test_a_stack_file_name_that_is_not_utf8_is_refused_in_printable_words(tmp_path):
+    """An adversarial review found that stacks/Pulumi.<0xff>.yaml crashed the gate with a traceback while
+    writing review.md: the name now comes back escaped, is refused, and every message is UTF-8."""
+    (tmp_path / "stacks").mkdir()
+    os.close(os.open(os.path.join(os.fsencode(tmp_path), b"stacks", b"Pulumi.\xff.yaml"), os.O_CREAT | os.O_WRONLY))
+    [name] = review_mod._stacks_in(tmp_path)
+    assert name == "\\xff"
+    [why] = review_mod._refused_in_head([name], tmp_path).values()
+    assert "is not a stack name" in why
+    why.encode("utf-8")
+
+
+def test_a_renderer_that_dies_fails_its_stacks_instead_of_passing_them(tmp_path):
+    """A renderer killed before it says anything (out of memory, a crash) must not read as "the stack file
+    was removed": each stack it was given fails, and the gate exits 2."""
+    import time
+
+    stack = tmp_path / "stacks" / "Pulumi.team.yaml"
+    proc = subprocess.Popen([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run = review_mod.Run(proc, [stack], "", json=True)
+    side = review_mod._finish_side(run, tmp_path / "plans", ["team"], time.monotonic() + 60, 60)
+    assert side.failures == {"team": "the renderer gave neither a plan nor a reason (killed by SIGKILL)"}
+    reviews, failed = review_mod._review_each(["team"], "main", review_mod.Side(), side, {}, time.monotonic() + 60, 60)
+    assert review_mod.review_status(list(reviews.values()), failed) == 2
 
 
 def test_the_base_tools_pack_judges_a_pull_request_that_weakens_a_rule(tmp_path):
