@@ -399,7 +399,8 @@ v1.82.42, user_data: "Must be base64 encoded and up to 16 KB")."""
 def encode(document: str) -> str:
     """A cloud-config document as base64 of its gzip (fixed mtime, so every render is byte-identical).
 
-    A node with Slurm carries ~35 KB of scripts and jobs, over the 16 KB limit; compressed it is ~11 KB.
+    A GPU node with Slurm carries ~36 KB of scripts, over the 16 KB limit; compressed it is ~14 KB
+    (the largest sample, aws-large; `size_problem` refuses a render over the limit).
     cloud-init decompresses gzip user data before anything else, whatever the cloud ("Content found to
     be gzip compressed will be uncompressed ... useful because user-data size may be limited based on
     cloud platform": cloud-init documentation, "User-data formats", Gzip compressed content)."""

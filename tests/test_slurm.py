@@ -361,6 +361,43 @@ def test_a_slurmd_stopped_on_purpose_stays_down(node):
     assert "start --no-block slurmd.service" not in (st / "systemctl.log").read_text()
 
 
+def _watch(node):
+    c, env, st, root = node
+    return subprocess.run([str(root / "bin/node-health"), "--watch"], env=env, capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("state,reason", [
+    ({"gpus": 7}, "expected 8 GPUs, nvidia-smi lists 7"),
+    ({"ecc": 2}, "GPU 0 has 2 uncorrectable ECC error(s) since the driver loaded"),
+])
+def test_the_gpu_watch_drains_a_node_that_lost_a_gpu_or_has_uncorrectable_errors(node, state, reason):
+    """Between full checks (node-health --watch, a timer), a GPU that falls off the bus or reports uncorrectable ECC errors writes FAIL,
+    publishes NodeHealthy=0 and drains the node (health-gate), so the recheck owns it from then on."""
+    c, env, st, root = node
+    r, status = _health(node)
+    assert status == "PASS\n"
+    write_state(st, **state)
+    w = _watch(node)
+    assert w.returncode == 1 and reason in w.stderr, w.stderr
+    assert Path(c.paths.health_status_file).read_text().splitlines() == ["FAIL", reason]
+    assert (st / "metrics.log").read_text().splitlines()[-1].startswith("NodeHealthy 0 ClusterName=")
+    assert f"state=drain reason={scripts.HEALTH_REASON_PREFIX} {reason}" in (st / "scontrol.log").read_text()
+
+
+def test_the_gpu_watch_leaves_healthy_or_already_failing_nodes_and_unreadable_counters_alone(node):
+    c, env, st, root = node
+    _health(node)
+    before = (st / "metrics.log").read_text()
+    assert _watch(node).returncode == 0 and (st / "metrics.log").read_text() == before, "healthy: nothing published"
+    write_state(st, ecc="[N/A]")
+    assert _watch(node).returncode == 0, "a counter that cannot be read is not judged"
+    r, status = _health(node, gpus=7)  # a failing full check: drained already, the recheck's business
+    write_state(st, ecc=3)
+    after = (st / "metrics.log").read_text()
+    assert _watch(node).returncode == 0 and (st / "metrics.log").read_text() == after
+    assert Path(c.paths.health_status_file).read_text().startswith("FAIL\nexpected 8 GPUs")
+
+
 def test_the_recheck_restarts_a_fabric_manager_that_failed_at_boot(node):
     c, env, st, root = node
     r, status = _health(node, fabricmanager="failed")

@@ -35,6 +35,10 @@ JOB_CREDENTIALS_SERVICE = "gpu-cluster-job-credentials.service"
 JOB_CREDENTIALS_TIMER = "gpu-cluster-job-credentials.timer"
 RECHECK_SERVICE = "gpu-cluster-health-recheck.service"
 RECHECK_TIMER = "gpu-cluster-health-recheck.timer"
+WATCH_SERVICE = "gpu-cluster-gpu-watch.service"
+WATCH_TIMER = "gpu-cluster-gpu-watch.timer"
+WATCH_EVERY_MIN = 5
+"""How often `node-health --watch` looks at the GPUs between full checks (two nvidia-smi queries)."""
 RECHECK_FIRST_MIN = 30
 """After boot: later than node-setup's own check usually takes (a mount that is late waits up to
 scripts.MOUNT_WAIT_S, 16 min, and a later one is then normally there; then fio)."""
@@ -143,6 +147,26 @@ WantedBy=timers.target
 """
 
 
+_WATCH_UNIT = """[Unit]
+Description=Watch the GPUs between health checks (gpu-cluster)
+After={setup} slurmd.service
+
+[Service]
+Type=oneshot
+ExecStart={exec}
+"""
+_WATCH_TIMER_UNIT = """[Unit]
+Description=Watch the GPUs every {every} min (gpu-cluster)
+
+[Timer]
+OnBootSec={every}min
+OnUnitInactiveSec={every}min
+
+[Install]
+WantedBy=timers.target
+"""
+
+
 def _file(path: str, content: str, mode: str = "0644") -> dict:
     return {"path": path, "permissions": mode, "owner": "root:root", "content": content, "defer": True}
 
@@ -164,9 +188,13 @@ def _job_credential_files(c: SlurmCluster) -> list[dict]:
                   _JOB_CREDENTIALS_TIMER_UNIT.format(every=scripts.JOB_CREDENTIALS_EVERY_MIN))]
 
 
-def _job_files(c: SlurmCluster) -> list[dict]:
+def _job_files(c: SlurmCluster, on_gpu_node: bool = False) -> list[dict]:
+    """The shipped jobs. A GPU node gets only what a job runs there (hello.py): sbatch reads a batch
+    script where it is submitted, the head node, and Slurm runs it on the job's first node (sbatch(1): "Slurm
+    runs a single copy of the batch script on the first node in the set of allocated nodes"); and the GPU
+    nodes' user data is near its 16 KB limit."""
     return [_file(f"{c.paths.jobs}/{name}", body, "0755" if name.endswith(".sbatch") else "0644")
-            for name, body in jobs.jobs(c).items()]
+            for name, body in jobs.jobs(c).items() if not (on_gpu_node and name.endswith(".sbatch"))]
 
 
 @dataclass(frozen=True)
@@ -199,13 +227,15 @@ def node_boot_parts(c: SlurmCluster, node_index: Optional[int] = None) -> BootPa
         _file(f"{b}/health-recheck", scripts.health_recheck_script(c), "0755"),
         _file(f"{SYSTEMD}/{RECHECK_SERVICE}", _RECHECK_UNIT.format(setup=NODE_SETUP_UNIT, exec=f"{b}/health-recheck")),
         _file(f"{SYSTEMD}/{RECHECK_TIMER}", _RECHECK_TIMER_UNIT.format(first=RECHECK_FIRST_MIN, every=RECHECK_EVERY_MIN)),
+        _file(f"{SYSTEMD}/{WATCH_SERVICE}", _WATCH_UNIT.format(setup=NODE_SETUP_UNIT, exec=f"{b}/node-health --watch")),
+        _file(f"{SYSTEMD}/{WATCH_TIMER}", _WATCH_TIMER_UNIT.format(every=WATCH_EVERY_MIN)),
         _file(f"{SYSTEMD}/{NODE_SETUP_UNIT}", _SETUP_UNIT.format(
             description="Join the Slurm cluster", before="slurmd.service", exec=f"{b}/node-setup")),
         _file(f"{SYSTEMD}/slurmd.service.d/gpu-cluster.conf",
               _SLURMD_DROPIN.format(setup=NODE_SETUP_UNIT, guard=GUARD_UNIT)),
         _file(f"{SYSTEMD}/{SPOT_WATCH_UNIT}", _SPOT_UNIT.format(exec=f"{b}/spot-watch")),
         *_job_credential_files(c),
-        *_job_files(c),
+        *_job_files(c, on_gpu_node=True),
     ]
     commands = (("systemctl", "daemon-reload"),
                 ("systemctl", "enable", "--now", GUARD_UNIT),
@@ -213,6 +243,7 @@ def node_boot_parts(c: SlurmCluster, node_index: Optional[int] = None) -> BootPa
                 ("systemctl", "enable", "--now", "slurmd.service"),
                 ("systemctl", "enable", "--now", SPOT_WATCH_UNIT),
                 ("systemctl", "enable", "--now", RECHECK_TIMER),
+                ("systemctl", "enable", "--now", WATCH_TIMER),
                 *((("systemctl", "enable", "--now", JOB_CREDENTIALS_TIMER),) if c.job_credentials else ()))
     return BootParts(packages=NODE_PACKAGES + o.node_packages, files=tuple(files), commands=commands)
 

@@ -243,10 +243,14 @@ def munge_key_script(c: SlurmCluster, mode: str, restart: Sequence[str] = DEFAUL
 # ---------------------------------------------------------------------------------------------
 _HEALTH_BODY = r'''
 DRAIN=0
+WATCH=0
 case "${1:-}" in
   --drain) DRAIN=1 ;;
+  # --watch (a timer, between full checks): GPUs and ECC only, and only on a node whose last check
+  # passed (a failing one is drained already; health-recheck owns it). Nothing is written unless they fail.
+  --watch) DRAIN=1; WATCH=1 ;;
   "") ;;
-  *) echo "usage: node-health [--drain]" >&2; exit 64 ;;
+  *) echo "usage: node-health [--drain | --watch]" >&2; exit 64 ;;
 esac
 failures=()
 fail() { failures+=("$1"); echo "node-health: FAIL: $1" >&2; }
@@ -257,6 +261,49 @@ if [ -z "$NODE_NAME" ]; then
   echo "node-health: $NODE_NAME_FILE is missing: run node-identity first" >&2
   exit 1
 fi
+if [ "$WATCH" = 1 ] && [ "$(sed -n 1p "$STATUS_FILE" 2>/dev/null || true)" != PASS ]; then
+  exit 0
+fi
+
+# The result: the status file the health gate reads, then the metric; with --drain, applied.
+finish() {
+  mkdir -p "$(dirname "$STATUS_FILE")"
+  if [ "${#failures[@]}" -eq 0 ]; then
+    printf 'PASS\n' > "$STATUS_FILE.tmp"
+    METRIC_VALUE=1
+  else
+    reason=$(printf '%s; ' "${failures[@]}")
+    reason=${reason%; }
+    printf 'FAIL\n%s\n' "${reason:0:400}" > "$STATUS_FILE.tmp"
+    METRIC_VALUE=0
+  fi
+  mv "$STATUS_FILE.tmp" "$STATUS_FILE"
+
+  published=1
+  if INSTANCE_ID=$(metadata_get instance-id); then
+    # Both metric forms; the cloud's metric_put reads the one it needs.
+    export METRIC_DIMENSIONS="ClusterName=${CLUSTER_NAME},NodeName=${NODE_NAME},InstanceId=${INSTANCE_ID}"
+    METRIC_JSON=$(printf '[{"MetricName":"%s","Value":%s}]' "$METRIC_NAME" "$METRIC_VALUE")
+    export METRIC_JSON
+    if ! metric_out=$(metric_put 2>&1); then
+      echo "node-health: publishing metric $METRIC_NAMESPACE/$METRIC_NAME failed: $(printf '%s' "$metric_out" | head -c 300)" >&2
+      published=0
+    fi
+  else
+    echo "node-health: could not read the instance id from metadata; metric not published" >&2
+    published=0
+  fi
+
+  if [ "$DRAIN" = 1 ]; then
+    "$HEALTH_GATE"
+  fi
+  if [ "${#failures[@]}" -gt 0 ]; then
+    echo "node-health: $NODE_NAME is UNHEALTHY (${#failures[@]} failure(s))" >&2
+    exit 1
+  fi
+  echo "node-health: $NODE_NAME is healthy"
+  [ "$published" = 1 ] || exit 2
+}
 
 # 1. GPUs: count, model and memory (nvidia-smi --query-gpu).
 if ! gpus=$(timeout 120 nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader,nounits 2>&1); then
@@ -281,6 +328,18 @@ if [ "$count" -ne "$EXPECTED_GPUS" ]; then
   fail "expected $EXPECTED_GPUS GPUs, nvidia-smi lists $count"
 else
   ok "$count x $GPU_MODEL"
+fi
+# Uncorrectable ECC errors since the driver loaded: the GPU needs a reset (NVML nvmlDeviceGetTotalEccErrors,
+# UNCORRECTED, VOLATILE). A counter that cannot be read ([N/A]: ECC off) is not judged.
+if ecc=$(timeout 60 nvidia-smi --query-gpu=index,ecc.errors.uncorrected.volatile.total --format=csv,noheader,nounits 2>/dev/null); then
+  while IFS=, read -r index errors; do
+    errors=${errors// /}
+    case "$errors" in ''|*[!0-9]*|0) ;; *) fail "GPU ${index// /} has $errors uncorrectable ECC error(s) since the driver loaded" ;; esac
+  done <<< "$ecc"
+fi
+if [ "$WATCH" = 1 ]; then
+  [ "${#failures[@]}" -gt 0 ] || exit 0
+  finish
 fi
 
 # 2. NVLink: every GPU has active links, none inactive (and the published count, when known).
@@ -409,43 +468,7 @@ PY
   fi
 fi
 
-# Result: the status file the health gate reads, then the metric.
-mkdir -p "$(dirname "$STATUS_FILE")"
-if [ "${#failures[@]}" -eq 0 ]; then
-  printf 'PASS\n' > "$STATUS_FILE.tmp"
-  METRIC_VALUE=1
-else
-  reason=$(printf '%s; ' "${failures[@]}")
-  reason=${reason%; }
-  printf 'FAIL\n%s\n' "${reason:0:400}" > "$STATUS_FILE.tmp"
-  METRIC_VALUE=0
-fi
-mv "$STATUS_FILE.tmp" "$STATUS_FILE"
-
-published=1
-if INSTANCE_ID=$(metadata_get instance-id); then
-  # Both metric forms; the cloud's metric_put reads the one it needs.
-  export METRIC_DIMENSIONS="ClusterName=${CLUSTER_NAME},NodeName=${NODE_NAME},InstanceId=${INSTANCE_ID}"
-  METRIC_JSON=$(printf '[{"MetricName":"%s","Value":%s}]' "$METRIC_NAME" "$METRIC_VALUE")
-  export METRIC_JSON
-  if ! metric_out=$(metric_put 2>&1); then
-    echo "node-health: publishing metric $METRIC_NAMESPACE/$METRIC_NAME failed: $(printf '%s' "$metric_out" | head -c 300)" >&2
-    published=0
-  fi
-else
-  echo "node-health: could not read the instance id from metadata; metric not published" >&2
-  published=0
-fi
-
-if [ "$DRAIN" = 1 ]; then
-  "$HEALTH_GATE"
-fi
-if [ "${#failures[@]}" -gt 0 ]; then
-  echo "node-health: $NODE_NAME is UNHEALTHY (${#failures[@]} failure(s))" >&2
-  exit 1
-fi
-echo "node-health: $NODE_NAME is healthy"
-[ "$published" = 1 ] || exit 2
+finish
 '''
 
 

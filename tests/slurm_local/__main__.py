@@ -392,6 +392,17 @@ class Harness:
         self.wait_for("HealthCheckProgram to resume the node", self.node_idle)
         check(True, "health-gate resumed it at slurmd start once the check passed")
 
+        # Between checks: the GPU watch (node-health --watch) drains a node whose GPU reports uncorrectable ECC errors.
+        write_state(self.state, ecc=2)
+        r = run([f"{self.paths.bin}/node-health", "--watch"], env=env, check_rc=False, timeout=60)
+        info = self.wait_for("the GPU watch to drain the node", lambda: (lambda i: i if "DRAIN" in i.get("State", "") else None)(self.node_info()))
+        check(r.returncode == 1 and "GPU 0 has 2 uncorrectable ECC error(s)" in info.get("Reason", ""),
+              f"node-health --watch drained the node between checks: {info.get('Reason', '')}", r.stderr)
+        write_state(self.state, ecc=0)
+        run([f"{self.paths.bin}/node-health", "--drain"], env=env, check_rc=False, timeout=120)
+        self.wait_for("the node to be resumed after the GPU was reset", self.node_idle)
+        check(True, "a passing full check resumed the node the watch had drained")
+
         # Spot interruption: a running batch job is requeued when the node is set DOWN.
         rc, job, _ = self.sbatch("--wrap=sleep 600", f"--output={self.root}/wrap-%j.out", wait=False)
         check(rc == 0 and job.isdigit(), f"submitted a long batch job {job}")

@@ -27,6 +27,12 @@ if [ "${1:-}" = nvlink ]; then
   done
   exit 0
 fi
+# `--query-gpu=index,ecc.errors.uncorrected.volatile.total`: $STUB_STATE/ecc (default 0) errors on GPU 0.
+if [[ "$*" == *ecc.errors.uncorrected.volatile.total* ]]; then
+  ecc=$(cat "$STUB_STATE/ecc" 2>/dev/null || echo 0)
+  for ((i = 0; i < gpus; i++)); do if [ "$i" = 0 ]; then echo "$i, $ecc"; else echo "$i, 0"; fi; done
+  exit 0
+fi
 for ((i = 0; i < gpus; i++)); do echo "$i, NVIDIA H100 80GB HBM3, 81559"; done
 ''',
     "fi_info": r'''#!/bin/bash
