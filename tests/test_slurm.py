@@ -398,6 +398,36 @@ def test_the_gpu_watch_leaves_healthy_or_already_failing_nodes_and_unreadable_co
     assert Path(c.paths.health_status_file).read_text().startswith("FAIL\nexpected 8 GPUs")
 
 
+def test_a_node_that_still_fails_is_rebooted_once_when_idle_then_left_for_a_person(node):
+    """Self-healing: a drained node whose check still fails is rebooted once (a reset clears a GPU off the
+    bus or ECC errors), but not while a job runs on it, not when someone else drained it, and not again
+    after its reboot; a passing check clears the mark, so a later failure gets its own reboot."""
+    c, env, st, root = node
+    _health(node, gpus=7)
+    script = scripts.health_recheck_script(c).replace(f"BIN='{c.paths.bin}'", f"BIN='{root}/bin'")
+    ours = f"Reason={scripts.HEALTH_REASON_PREFIX} expected 8 GPUs, nvidia-smi lists 7 [root@2026-12-05T09:00:00]"
+    mark = Path(c.paths.health_reboot_file)
+
+    def recheck(state: str, reason: str = ours):
+        (st / "node").write_text(f"NodeName={c.node_name(0)} Arch=x86_64 State={state} {reason}\n")
+        (st / "systemctl.log").write_text("")
+        return _run(root / "bin/health-recheck", script, env), (st / "systemctl.log").read_text()
+
+    r, calls = recheck("MIXED+DRAIN")
+    assert "systemctl reboot" not in calls and "once they have ended" in r.stdout
+    r, calls = recheck("IDLE+DRAIN", "Reason=maintenance [admin@2026-12-05T09:00:00]")
+    assert "systemctl reboot" not in calls and not mark.exists(), "someone else's drain"
+    r, calls = recheck("IDLE+DRAIN")
+    assert calls.splitlines()[-1] == "systemctl reboot" and mark.exists(), r.stderr
+    r, calls = recheck("IDLE+DRAIN")
+    assert "systemctl reboot" not in calls and "replace the node" in r.stderr
+    write_state(st, gpus=8)
+    r, calls = recheck("IDLE+DRAIN")
+    assert "passes now" in r.stdout
+    _run(root / "bin/health-recheck", script, env)  # PASS: the mark goes
+    assert not mark.exists()
+
+
 def test_the_recheck_restarts_a_fabric_manager_that_failed_at_boot(node):
     c, env, st, root = node
     r, status = _health(node, fabricmanager="failed")

@@ -91,9 +91,10 @@ def slurm_notes(spec: "ClusterSpec") -> list[str]:
         "configuration (nodes, purchase, /lustre) replaces the head node: a few minutes without scheduling while the "
         "new one boots at the same address with the same state volume; running jobs keep running. GPU nodes keep "
         "their boot config (roll one with `pulumi up --replace`); they fetch slurm.conf from the head node",
-        "scheduler: slurm — every GPU node's boot health check (GPUs, NVLink, EFA, mounts, fio) drains a failing node "
-        "in Slurm and publishes GpuCluster/NodeHealthy; a CloudWatch alarm per node reports a failed check to the "
-        "alarm topic",
+        "scheduler: slurm — every GPU node's boot health check (GPUs and their ECC errors, NVLink, EFA, mounts, fio) "
+        "and a 5-minute GPU watch between checks drain a failing node in Slurm and publish GpuCluster/NodeHealthy; a "
+        "CloudWatch alarm per node reports a failed check to the alarm topic. A drained node still failing once its "
+        "jobs have ended is rebooted once, then left drained for you to replace",
     ]
 
 

@@ -81,6 +81,11 @@ class Paths:
         return f"{self.state}/health"
 
     @property
+    def health_reboot_file(self) -> str:
+        """Written by health-recheck before the one reboot a failing node gets; removed once a check passes."""
+        return f"{self.state}/health-reboot"
+
+    @property
     def job_credentials_file(self) -> str:
         """The jobs' role's temporary credentials, as a credential_process answer (0644)."""
         return f"{self.state}/job-credentials.json"

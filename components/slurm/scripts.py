@@ -574,6 +574,7 @@ fi
 # it passes. Slurm never places a job on a drained node, so no job can do this.
 result=$(sed -n 1p "$STATUS_FILE" 2>/dev/null || true)
 if [ "$result" = PASS ]; then
+  rm -f "$REBOOT_MARK"
   exit 0
 fi
 # A fabric manager that failed at boot stays failed (systemd does not restart it): once more.
@@ -583,9 +584,34 @@ if [ "$FABRIC_MANAGER" = 1 ] && [ "$(fm_state)" = failed ]; then
 fi
 if "$BIN/node-health" --drain; then
   echo "health-recheck: the health check passes now; the node is resumed"
-else
-  echo "health-recheck: the health check still fails (see $STATUS_FILE); the node stays drained" >&2
+  exit 0
 fi
+echo "health-recheck: the health check still fails (see $STATUS_FILE); the node stays drained" >&2
+# One reboot per failure: it resets the GPUs, which clears much of what fails a GPU node (a GPU off the
+# bus, uncorrectable ECC errors, a wedged fabric manager). Only once no job runs on the node (a drained
+# node lets its jobs end) and only for our own drain. A node that fails again after it stays drained,
+# for a person to replace (its alarm has fired).
+if [ -e "$REBOOT_MARK" ]; then
+  echo "health-recheck: it failed after its reboot ($(cat "$REBOOT_MARK")) too: replace the node" >&2
+  exit 0
+fi
+NODE_NAME=$(cat "$NODE_NAME_FILE" 2>/dev/null || true)
+node=$(scontrol show node "$NODE_NAME" -o 2>/dev/null) || exit 0
+state=$(printf '%s\n' "$node" | sed -n 's/.* State=\([^ ]*\).*/\1/p')
+reason=$(printf '%s\n' "$node" | sed -n 's/.* Reason=\(.*\) \[.*/\1/p')
+case "+$state+" in
+  *+ALLOCATED+*|*+MIXED+*|*+COMPLETING+*)
+    echo "health-recheck: jobs still run on $NODE_NAME; it reboots once they have ended"
+    exit 0 ;;
+esac
+case "$reason" in
+  "$REASON_PREFIX"*) ;;
+  *) exit 0 ;;
+esac
+mkdir -p "$(dirname "$REBOOT_MARK")"
+date -u +%Y-%m-%dT%H:%M:%SZ > "$REBOOT_MARK"
+echo "health-recheck: rebooting $NODE_NAME once to reset its GPUs"
+systemctl reboot
 '''
 
 
@@ -594,6 +620,8 @@ def health_recheck_script(c: SlurmCluster) -> str:
     and runs the health check again while it fails."""
     return _script("Join again after a failed setup; re-run a failed GPU node health check", {
         "BIN": c.paths.bin, "STATUS_FILE": c.paths.health_status_file, "SETUP_UNIT": NODE_SETUP_UNIT,
+        "NODE_NAME_FILE": c.paths.node_name_file, "REBOOT_MARK": c.paths.health_reboot_file,
+        "REASON_PREFIX": HEALTH_REASON_PREFIX,
         "FABRIC_MANAGER": int(fabric(c.cloud, c.shape.type).fabric_manager),
     }, _RECHECK_BODY, [FM_STATE_FUNCTION])
 

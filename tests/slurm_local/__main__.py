@@ -368,6 +368,11 @@ class Harness:
               f"drained with the reason: {info.get('Reason', '')}")
         metrics = (self.state / "metrics.log").read_text().splitlines()
         check(metrics[-1].startswith("NodeHealthy 0 "), "published NodeHealthy=0")
+        # Still failing, drained by us and idle: the recheck timer reboots it once (real scontrol output).
+        r = run([f"{self.paths.bin}/health-recheck"], env=env, check_rc=False, timeout=180)
+        calls = (self.state / "systemctl.log").read_text().splitlines()
+        check(calls[-1:] == ["systemctl reboot"] and Path(c.paths.health_reboot_file).exists(),
+              "health-recheck rebooted the idle node it had drained, once", r.stdout + r.stderr)
 
         # The GPU is back: re-running the check resumes the node (the drain was ours).
         write_state(self.state, gpus=8)
