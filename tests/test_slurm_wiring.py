@@ -442,3 +442,12 @@ def test_user_data_is_compressed_within_the_16_kb_limit(slurm_plan):
             if key in r.inputs:
                 assert len(r.inputs[key]) <= USER_DATA_LIMIT * 4 // 3 + 4 and decode(r.inputs[key]).startswith(
                     "#cloud-config\n"), (stack, r.name)
+
+
+def test_tencent_slurm_says_that_jobs_have_no_bucket_credentials_of_their_own():
+    """The metadata guard closes the CAM role to jobs on Tencent too, and no job role exists there yet: the
+    plan must say that a job reaches the checkpoint bucket only with credentials the user gives it."""
+    from gpu_cluster.render import validate
+
+    notes = validate(slurm_stack_with("tencent-large")).notes
+    assert any("only root reaches the metadata service" in n and "credentials you give it" in n for n in notes)

@@ -146,6 +146,10 @@ def slurm_notes(spec: "ClusterSpec") -> list[str]:
         "tencentcloud.com/document/api/248/39326; provider doc monitor_alarm_policy v1.82.42 has no other). A failing "
         "node is still drained in Slurm: `sinfo -R` on the head node names the reason",
     ]
+    if spec.storage.checkpoint_bucket:
+        out.append("scheduler: slurm — only root reaches the metadata service on the head and GPU nodes (so no job can "
+                   "read the munge key through the CAM role), and jobs get no role of their own on Tencent Cloud yet: "
+                   "a job reaches the checkpoint bucket only with credentials you give it")
     return out
 
 
