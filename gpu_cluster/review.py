@@ -32,7 +32,7 @@ from gpu_cluster.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATION, UserErro
 from gpu_cluster.plan import Plan, PlanFormatError, Resource, number
 from gpu_cluster.bills.tencentcloud import TC_FUNCTION, cost_controls_config
 from gpu_cluster.pricing import MonthlyCost, price_plan
-from gpu_cluster.stackfile import ROOT, SAMPLE_STACKS, STACK_NAME, linked_stack_file
+from gpu_cluster.stackfile import ROOT, SAMPLE_STACKS, STACK_NAME, linked_stack_file, stack_name_of
 
 STATEFUL = frozenset({
     "aws:fsx/lustreFileSystem:LustreFileSystem", "aws:ebs/volume:Volume", "aws:s3/bucket:Bucket",
@@ -442,7 +442,7 @@ def changed_stacks(base: str, head: Path = ROOT) -> list[str]:
     """Stack files added, changed or removed between BASE and the tree `head` (tracked or not)."""
     names = _git("diff", "--name-only", base, "--", "stacks/", cwd=head).split("\n")
     names += _git("ls-files", "--others", "--exclude-standard", "--", "stacks/", cwd=head).split("\n")
-    return sorted({Path(n).name[len("Pulumi."):-len(".yaml")] for n in names
+    return sorted({stack_name_of(Path(n)) for n in names
                    if Path(n).name.startswith("Pulumi.") and n.endswith(".yaml")})
 
 
@@ -523,7 +523,7 @@ def _failures(stderr: str, files: list[Path]) -> dict[str, str]:
         prefix = f"{f}: "
         for block in blocks:
             if block.startswith(prefix):
-                out[f.name[len("Pulumi."):-len(".yaml")]] = block[len(prefix):]
+                out[stack_name_of(f)] = block[len(prefix):]
     return out
 
 
@@ -540,7 +540,7 @@ def _json_failures(stdout: str, files: list[Path]) -> Optional[dict[str, str]]:
         if not isinstance(entry, dict) or entry.get("status") == "ok" or entry.get("file") not in by_file:
             continue
         f, why = by_file[entry["file"]], str(entry.get("error") or "it did not render")
-        out[f.name[len("Pulumi."):-len(".yaml")]] = why[len(f"{f}: "):] if why.startswith(f"{f}: ") else why
+        out[stack_name_of(f)] = why[len(f"{f}: "):] if why.startswith(f"{f}: ") else why
     return out
 
 
@@ -577,7 +577,7 @@ def _finish_side(run: Run, out: Path, stacks: list[str], deadline: float, budget
     # killed, out of memory, a crash before it wrote a word) is a failure of that stack: read as "the stack
     # file was removed", it would pass the gate with nothing judged.
     if run.proc is not None:
-        given = {f.name[len("Pulumi."):-len(".yaml")] for f in run.files}
+        given = {stack_name_of(f) for f in run.files}
         for s in stacks:
             if s in given and s not in side.plans and s not in side.failures:
                 side.failures[s] = f"the renderer gave neither a plan nor a reason ({_exit_status(run.proc.returncode)})"
@@ -614,7 +614,7 @@ def review_stacks(base: str, only: Sequence[str] = (), head: Path = ROOT) -> lis
 def _stacks_in(tree: Path) -> list[str]:
     """The stack names of the stack files in `tree`'s stacks/; a file name that is not UTF-8 comes back with
     its bytes escaped (\\xff), so it is refused as a stack name and can be printed."""
-    return sorted(_printable(p.name[len("Pulumi."):-len(".yaml")]) for p in (tree / "stacks").glob("Pulumi.*.yaml"))
+    return sorted(_printable(stack_name_of(p)) for p in (tree / "stacks").glob("Pulumi.*.yaml"))
 
 
 def _printable(name: str) -> str:
