@@ -73,6 +73,10 @@ FM_STATE_FUNCTION = r'''fm_state() {
   # nvidia-fabricmanager's ActiveState: active, activating, failed, inactive (also for no such unit).
   systemctl show -p ActiveState --value nvidia-fabricmanager 2>/dev/null || true
 }'''
+NODE_REASON_FUNCTION = r'''node_reason() {
+  # The Reason of a `scontrol show node -o` line ($1), without the " [user@time]" Slurm appends to it.
+  printf '%s\n' "$1" | sed -n 's/.* Reason=\(.*\) \[.*/\1/p'
+}'''
 MOUNTED_FUNCTION = r'''mounted() {
   # A real mount, not systemd's automount placeholder (x-systemd.automount in fstab), which
   # `mountpoint` also reports: reaching inside triggers the automount, and an unmountable file system
@@ -530,7 +534,7 @@ if [ "$result" = PASS ]; then
     say "scontrol show node $NODE_NAME failed: $node"
     exit 1
   fi
-  current=$(printf '%s\n' "$node" | sed -n 's/.* Reason=\(.*\) \[.*/\1/p')
+  current=$(node_reason "$node")
   case "$current" in
     "$REASON_PREFIX"*)
       scontrol update nodename="$NODE_NAME" state=resume
@@ -552,7 +556,7 @@ def health_gate_script(c: SlurmCluster) -> str:
     return _script("Apply the GPU node health result to Slurm", {
         "NODE_NAME_FILE": c.paths.node_name_file, "STATUS_FILE": c.paths.health_status_file,
         "REASON_PREFIX": HEALTH_REASON_PREFIX,
-    }, _GATE_BODY)
+    }, _GATE_BODY, [NODE_REASON_FUNCTION])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -598,7 +602,7 @@ fi
 NODE_NAME=$(cat "$NODE_NAME_FILE" 2>/dev/null || true)
 node=$(scontrol show node "$NODE_NAME" -o 2>/dev/null) || exit 0
 state=$(printf '%s\n' "$node" | sed -n 's/.* State=\([^ ]*\).*/\1/p')
-reason=$(printf '%s\n' "$node" | sed -n 's/.* Reason=\(.*\) \[.*/\1/p')
+reason=$(node_reason "$node")
 case "+$state+" in
   *+ALLOCATED+*|*+MIXED+*|*+COMPLETING+*)
     echo "health-recheck: jobs still run on $NODE_NAME; it reboots once they have ended"
@@ -623,7 +627,7 @@ def health_recheck_script(c: SlurmCluster) -> str:
         "NODE_NAME_FILE": c.paths.node_name_file, "REBOOT_MARK": c.paths.health_reboot_file,
         "REASON_PREFIX": HEALTH_REASON_PREFIX,
         "FABRIC_MANAGER": int(fabric(c.cloud, c.shape.type).fabric_manager),
-    }, _RECHECK_BODY, [FM_STATE_FUNCTION])
+    }, _RECHECK_BODY, [FM_STATE_FUNCTION, NODE_REASON_FUNCTION])
 
 
 # ---------------------------------------------------------------------------------------------
