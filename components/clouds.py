@@ -77,6 +77,10 @@ class CloudProfile:
         """Whether a stack that says nothing gets Slurm."""
         return True
 
+    slurm_power_saving: bool = True
+    """Whether Slurm starts and stops this cloud's GPU nodes itself (power saving: idle_stop and run windows
+    under Slurm, and the replacement of a failed node); the boot's commands for it: components/slurm/clouds.py."""
+
     def no_slurm_note(self) -> str:
         """The note when it does not (only asked when slurm_by_default is False)."""
         return ""

@@ -276,7 +276,10 @@ class Schedule(_Model):
 class IdleStop(_Model):
     """Stop a node whose GPUs stay idle."""
 
-    gpu_util_below_pct: StrictInt = Field(ge=1, le=100, description="Idle means average GPU utilisation below this %.")
+    gpu_util_below_pct: Optional[StrictInt] = Field(
+        default=None, ge=1, le=100,
+        description="scheduler none: idle means average GPU utilisation below this % (required). scheduler slurm: "
+        "not allowed — idle means no job on the node (Slurm power saving).")
     for_minutes: StrictInt = Field(ge=10, le=1440, description="For this long (10-1440, a multiple of 5).")
 
     @field_validator("for_minutes")
@@ -460,6 +463,7 @@ def _resolve(spec: ClusterSpec, regions: Mapping[str, Optional[str]]) -> Cluster
     problems += profile.storage_problems(spec, lustre)
     problems += profile.stop_problems(spec, shape)
     problems += profile.scheduler_problems(spec)
+    problems += _idle_problems(spec, profile)
 
     if problems:
         raise SpecError(problems)
@@ -603,14 +607,20 @@ def _filled_spec(spec: ClusterSpec, profile: clouds.CloudProfile, shape: Shape, 
                  scratch: str, lustre: Optional[Lustre], snaps: Snapshots, notes: list[str]) -> ClusterSpec:
     """The spec with every default filled in; the defaults chosen here are told in `notes`."""
     idle_stop = spec.idle_stop
+    scheduler = effective_scheduler(spec, profile)
     if ("idle_stop" not in spec.model_fields_set and spec.criticality == "experimental" and stoppable(spec)
             and profile.stopping_saves(shape)):
-        idle_stop = IdleStop(gpu_util_below_pct=DEFAULT_IDLE_PCT, for_minutes=DEFAULT_IDLE_MINUTES)
-        notes.append(f"idle_stop: on by default for this experimental on-demand cluster (GPUs below "
-                     f"{DEFAULT_IDLE_PCT} % for {DEFAULT_IDLE_MINUTES} min stop the node); idle_stop: null turns it off")
-    scheduler = spec.scheduler
-    if "scheduler" not in spec.model_fields_set and not profile.slurm_by_default(spec):
-        scheduler = "none"
+        if scheduler == "none":
+            idle_stop = IdleStop(gpu_util_below_pct=DEFAULT_IDLE_PCT, for_minutes=DEFAULT_IDLE_MINUTES)
+            notes.append(f"idle_stop: on by default for this experimental on-demand cluster (GPUs below "
+                         f"{DEFAULT_IDLE_PCT} % for {DEFAULT_IDLE_MINUTES} min stop the node); idle_stop: null turns "
+                         f"it off")
+        elif profile.slurm_power_saving:
+            idle_stop = IdleStop(for_minutes=DEFAULT_IDLE_MINUTES)
+            notes.append(f"idle_stop: on by default for this experimental on-demand cluster (Slurm power saving "
+                         f"stops a node that has had no job for {DEFAULT_IDLE_MINUTES} min); idle_stop: null turns "
+                         f"it off")
+    if scheduler != spec.scheduler:
         notes.append(profile.no_slurm_note())
     network = profile.filled_network(spec.network)
     storage = spec.storage
@@ -632,6 +642,33 @@ DEFAULT_IDLE_PCT, DEFAULT_IDLE_MINUTES = 5, 60
 """Idle stop of experimental clusters when the stack file says nothing: below 5 % GPU for an hour."""
 PREPAID_MONTHS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 24, 36, 48, 60)
 """Tencent Cloud prepaid terms (provider doc instance v1.82.42, instance_charge_type_prepaid_period)."""
+
+
+def effective_scheduler(spec: "ClusterSpec", profile: clouds.CloudProfile) -> str:
+    """The scheduler the cluster gets: the stack's, or the cloud's default where the stack says nothing."""
+    if "scheduler" not in spec.model_fields_set and not profile.slurm_by_default(spec):
+        return "none"
+    return spec.scheduler
+
+
+def _idle_problems(spec: "ClusterSpec", profile: clouds.CloudProfile) -> list[str]:
+    """What idle means depends on the scheduler: GPU utilisation without one, no job under Slurm."""
+    idle, scheduler = spec.idle_stop, effective_scheduler(spec, profile)
+    if scheduler == "none":
+        if idle is not None and idle.gpu_util_below_pct is None:
+            return ["cluster.idle_stop.gpu_util_below_pct is missing: with scheduler: none a node is idle when its "
+                    "GPUs average below this %; allowed: 1-100"]
+        return []
+    if not profile.slurm_power_saving:
+        return [f"cluster.{key} with scheduler: slurm on {spec.cloud}: Slurm power saving is not built for "
+                f"{spec.cloud}, and stopping nodes outside Slurm would stop them under running jobs; allowed: "
+                f"scheduler: none, or leave {key} out"
+                for key, on in (("schedule", spec.schedule is not None), ("idle_stop", idle is not None)) if on]
+    if idle is not None and idle.gpu_util_below_pct is not None:
+        return [f"cluster.idle_stop.gpu_util_below_pct={idle.gpu_util_below_pct} with scheduler: slurm: Slurm power "
+                f"saving stops a node that has had no job for idle_stop.for_minutes, whatever its GPUs do (a job in "
+                f"a CPU-only phase keeps its node); allowed: leave gpu_util_below_pct out, or scheduler: none"]
+    return []
 
 
 def stoppable(spec: "ClusterSpec") -> bool:

@@ -39,6 +39,8 @@ REGIONS = {"aws": "us-east-1", "tencentcloud": "ap-guangzhou"}
 SCHEDULE = {"timezone": "America/New_York", "windows": ["Mon-Fri 08:00-20:00"]}
 SOON = (datetime.datetime.now(datetime.timezone.utc).date() + datetime.timedelta(days=14)).isoformat()
 P5 = {"tier": "large", "nodes": 2, "instance_type": "p5.48xlarge", "zone": "us-east-1a"}
+NO_SLURM = {"scheduler": "none", "idle_stop": {"gpu_util_below_pct": 5, "for_minutes": 60}}
+"""aws-scheduled without Slurm: its run windows are EventBridge schedules and its idle stop a CloudWatch alarm."""
 
 SCHEDULE_T = "aws:scheduler/schedule:Schedule"
 ALARM = "aws:cloudwatch/metricAlarm:MetricAlarm"
@@ -95,9 +97,11 @@ def test_a_window_ending_at_midnight_stops_the_next_day_and_sunday_wraps_to_mond
 # ---- the spec ------------------------------------------------------------------------------------
 
 def test_a_stack_with_every_control_loads():
-    spec = load_spec(merge(AWS, {"schedule": SCHEDULE, "idle_stop": {"gpu_util_below_pct": 5, "for_minutes": 60},
-                                 "budget": {"stop_at_pct": 100}}), REGIONS).spec
+    spec = load_spec(merge(AWS, {"schedule": SCHEDULE, **NO_SLURM, "budget": {"stop_at_pct": 100}}), REGIONS).spec
     assert spec.schedule.timezone == "America/New_York" and spec.budget.stop_at_pct == 100
+    slurm = load_spec(merge(AWS, {"schedule": SCHEDULE, "idle_stop": {"for_minutes": 60},
+                                  "budget": {"stop_at_pct": 100}}), REGIONS).spec
+    assert slurm.scheduler == "slurm" and slurm.idle_stop.for_minutes == 60 and slurm.idle_stop.gpu_util_below_pct is None
 
 
 @pytest.mark.parametrize("changes,fragments", [
@@ -112,8 +116,12 @@ def test_a_stack_with_every_control_loads():
     ({"budget": {"stop_at_pct": 0}}, ["cluster.budget.stop_at_pct"]),
     ({"capacity": {"type": "prepaid"}}, ["capacity.type='prepaid'", "does not exist on aws", "odcr"]),
     ({"purchase": "spot", "schedule": SCHEDULE}, ["cluster.schedule", "one-time spot", "cannot be stopped"]),
-    ({"capacity": {"type": "odcr"}, "idle_stop": {"gpu_util_below_pct": 5, "for_minutes": 60}},
+    ({"capacity": {"type": "odcr"}, "idle_stop": {"for_minutes": 60}},
      ["cluster.idle_stop", "billed whether the nodes run or not", "saves nothing"]),
+    ({"idle_stop": {"gpu_util_below_pct": 5, "for_minutes": 60}},
+     ["cluster.idle_stop.gpu_util_below_pct=5 with scheduler: slurm", "no job", "leave gpu_util_below_pct out"]),
+    ({"scheduler": "none", "idle_stop": {"for_minutes": 60}},
+     ["cluster.idle_stop.gpu_util_below_pct is missing", "scheduler: none", "1-100"]),
     ({**P5, "capacity": {"type": "capacity_block", "start_date": SOON, "duration_hours": 360}},
      ["duration_hours=360", "24-336 in steps of 24", "4368 in steps of 168"]),
     ({"capacity": {"type": "odcr", "auto_renew": False}}, ["cluster.capacity.auto_renew", "not used by"]),
@@ -149,27 +157,33 @@ def test_tencent_refuses_stopping_shapes_with_local_disks_and_prepaid_scratch_di
 
 def test_idle_stop_defaults_on_only_for_experimental_on_demand_clusters():
     experimental = load_spec(merge(AWS, {"criticality": "experimental"}), REGIONS)
-    assert (experimental.spec.idle_stop.gpu_util_below_pct, experimental.spec.idle_stop.for_minutes) == (5, 60)
-    assert any("idle_stop: on by default" in n for n in experimental.notes)
+    # With Slurm (AWS's default), idle means no job: no GPU threshold.
+    assert (experimental.spec.idle_stop.gpu_util_below_pct, experimental.spec.idle_stop.for_minutes) == (None, 60)
+    assert any("idle_stop: on by default" in n and "no job for 60 min" in n for n in experimental.notes)
+    alone = load_spec(merge(AWS, {"criticality": "experimental", "scheduler": "none"}), REGIONS)
+    assert (alone.spec.idle_stop.gpu_util_below_pct, alone.spec.idle_stop.for_minutes) == (5, 60)
+    assert any("idle_stop: on by default" in n and "GPUs below 5 %" in n for n in alone.notes)
     assert load_spec(merge(AWS, {"criticality": "critical"}), REGIONS).spec.idle_stop is None
     assert load_spec(merge(AWS, {"criticality": "standard"}), REGIONS).spec.idle_stop is None
     assert load_spec(merge(AWS, {"criticality": "experimental", "purchase": "spot"}), REGIONS).spec.idle_stop is None
     assert load_spec(merge(AWS, {"criticality": "experimental", "idle_stop": None}), REGIONS).spec.idle_stop is None
 
 
-def test_the_plan_says_that_idle_stop_does_not_see_slurm_jobs():
-    """Until Slurm power saving exists, idle stop judges GPU utilisation alone: a user with Slurm must be
-    told that a job in a CPU-only phase can lose its node and that nothing restarts it for pending jobs."""
+def test_the_plan_says_which_mechanism_stops_an_idle_node():
+    """With Slurm, Slurm power saving stops a node with no job and starts it for the next one (a job in a CPU-only
+    phase keeps its node); without, a CloudWatch alarm on GPU use stops it."""
     from components.aws.notes import cost_control_notes
 
-    def warned(changes: dict) -> bool:
+    def notes(changes: dict) -> list[str]:
         cluster = load_spec(merge(AWS, {"criticality": "experimental", **changes}), REGIONS)
-        return any(n.startswith("idle_stop with Slurm") and "CPU-only phase" in n and "power saving" in n
-                   for n in cost_control_notes(cluster.spec, cluster.shape))
+        return [n for n in cost_control_notes(cluster.spec, cluster.shape) if n.startswith("idle_stop")]
 
-    assert warned({"scheduler": "slurm"})
-    assert not warned({"scheduler": "none"})
-    assert not warned({"scheduler": "slurm", "idle_stop": None})
+    [slurm] = notes({"scheduler": "slurm"})
+    assert slurm.startswith("idle_stop with Slurm: Slurm power saving") and "no job for 60 min" in slurm
+    assert "CPU-only phase keeps its node" in slurm and "slurm-resume" in slurm
+    [alarm] = notes({"scheduler": "none"})
+    assert alarm.startswith("idle_stop: a CloudWatch alarm") and "below 5 %" in alarm
+    assert notes({"scheduler": "slurm", "idle_stop": None}) == []
 
 
 # ---- AWS -------------------------------------------------------------------------------------------
@@ -184,10 +198,16 @@ def _trust(plan: Plan, name_part: str) -> set[str]:
     return {s["Principal"]["Service"] for s in json.loads(r.inputs["assumeRolePolicy"])["Statement"]}
 
 
-def test_aws_run_windows_are_scheduler_schedules_on_the_nodes(sample_plan):
-    plan = sample_plan("aws-scheduled")
-    node_ids = sorted(n.id for n in plan.of_type(INSTANCE))  # the GPU node and the Slurm head node
-    assert len(node_ids) == 2 and head_node(plan, INSTANCE).id in node_ids
+@pytest.fixture
+def without_slurm(render_cluster):
+    """aws-scheduled without Slurm (NO_SLURM), rendered once per test session."""
+    return render_cluster("aws-scheduled", NO_SLURM)
+
+
+def test_aws_run_windows_are_scheduler_schedules_on_the_nodes(without_slurm):
+    plan = without_slurm
+    node_ids = sorted(n.id for n in plan.of_type(INSTANCE))  # the GPU node (no head node without Slurm)
+    assert len(node_ids) == 1
     schedules = {r.name.rsplit("-cost-controls-", 1)[-1]: r.inputs for r in plan.of_type(SCHEDULE_T)}
     assert set(schedules) == {"start-0", "stop-0"}
     for name, action, hour in (("start-0", "startInstances", 8), ("stop-0", "stopInstances", 20)):
@@ -206,8 +226,8 @@ def test_aws_run_windows_are_scheduler_schedules_on_the_nodes(sample_plan):
                                   "StringEquals": {"kms:ViaService": "ec2.us-east-1.amazonaws.com"}}
 
 
-def test_aws_idle_stop_is_an_alarm_with_the_ec2_stop_action(sample_plan):
-    plan = sample_plan("aws-scheduled")
+def test_aws_idle_stop_is_an_alarm_with_the_ec2_stop_action(without_slurm):
+    plan = without_slurm
     [alarm] = [r.inputs for r in plan.of_type(ALARM) if r.name.endswith("idle-stop")]
     assert "arn:aws:automate:us-east-1:ec2:stop" in alarm["alarmActions"]
     assert (alarm["threshold"], alarm["comparisonOperator"], alarm["period"], alarm["evaluationPeriods"]) == (
@@ -217,8 +237,8 @@ def test_aws_idle_stop_is_an_alarm_with_the_ec2_stop_action(sample_plan):
     assert alarm["dimensions"] == {"InstanceId": node.id}
 
 
-def test_aws_budget_stop_is_a_budgets_action_on_the_nodes(sample_plan):
-    plan = sample_plan("aws-scheduled")
+def test_aws_budget_stop_is_a_budgets_action_on_the_nodes(without_slurm):
+    plan = without_slurm
     actions = {r.name.rsplit("-", 2)[-2] + "-" + r.name.rsplit("-", 1)[-1]: r.inputs for r in plan.of_type(ACTION)}
     stop, hold = actions["budget-stop"], actions["hold-starts"]
     for action in (stop, hold):
@@ -250,7 +270,7 @@ def test_aws_budget_stop_is_a_budgets_action_on_the_nodes(sample_plan):
     assert scheduler_role.inputs["forceDetachPolicies"] is True and deny.urn in scheduler_role.dependencies
 
 
-def test_dropping_the_budget_stop_replaces_the_scheduler_role_so_a_fired_hold_cannot_block_the_update(sample_plan):
+def test_dropping_the_budget_stop_replaces_the_scheduler_role_so_a_fired_hold_cannot_block_the_update(without_slurm):
     """After the hold fired, Budgets has attached the deny policy to the schedules' role, and IAM refuses to
     delete an attached policy. Dropping stop_at_pct deletes that policy: the update must also replace the
     role (a new path), so Pulumi deletes the old role first (force-detaching the deny; in the old state it
@@ -258,8 +278,8 @@ def test_dropping_the_budget_stop_replaces_the_scheduler_role_so_a_fired_hold_ca
     from components.aws.costcontrol import HOLDLESS_PATH
     from gpu_cluster.review import diff_plans
 
-    held = sample_plan("aws-scheduled")
-    free = Plan.from_doc(rendered(stack_with("aws-scheduled", {"budget": {"stop_at_pct": None}})).plan())
+    held = without_slurm
+    free = Plan.from_doc(rendered(stack_with("aws-scheduled", {**NO_SLURM, "budget": {"stop_at_pct": None}})).plan())
     old_role = next(r for r in held.of_type(ROLE) if "scheduler-role" in r.name)
     new_role = next(r for r in free.of_type(ROLE) if "scheduler-role" in r.name)
     deny = next(r for r in held.of_type("aws:iam/policy:Policy") if r.name.endswith("hold-starts"))
@@ -270,6 +290,40 @@ def test_dropping_the_budget_stop_replaces_the_scheduler_role_so_a_fired_hold_ca
     assert changes[deny.urn].action == "delete" and deny.urn in old_role.dependencies
     assert old_role.inputs["forceDetachPolicies"] is True
     assert not free.of_type("aws:iam/policy:Policy") and not free.of_type(ACTION)
+
+
+def test_with_slurm_slurm_alone_starts_and_stops_the_gpu_nodes(sample_plan):
+    """aws-scheduled has Slurm: no schedule or idle alarm acts on a node. The head node's role may find the GPU
+    nodes and start and stop them (never the head node); its boot carries the windows' timer and slurm.conf's
+    power saving; the GPU nodes say so in their tags; the budget hold denies the head node's role the starts."""
+    from components.slurm.power import IDLE_MINUTES_TAG, POWER_TAG, RUN_HOURS_TAG
+    from conftest import boot_document, load_yaml
+
+    plan = sample_plan("aws-scheduled")
+    assert not plan.of_type(SCHEDULE_T) and not [r for r in plan.of_type(ALARM) if r.name.endswith("idle-stop")]
+    assert not [r for r in plan.of_type(ROLE) if "scheduler-role" in r.name]
+    (node,) = gpu_nodes(plan, INSTANCE)
+    head = head_node(plan, INSTANCE)
+    find, start_stop, grant = _policy(plan, "-head-role-power")["Statement"]
+    assert (find["Action"], find["Resource"]) == (["ec2:DescribeInstances"], "*")
+    assert sorted(start_stop["Action"]) == ["ec2:StartInstances", "ec2:StopInstances"]
+    assert [arn.rsplit("/", 1)[-1] for arn in start_stop["Resource"]] == [node.id] and head.id not in json.dumps(start_stop)
+    assert grant["Condition"]["Bool"] == {"kms:GrantIsForAWSResource": "true"}
+    tags = node.inputs["tags"]
+    assert (tags[POWER_TAG], tags[RUN_HOURS_TAG], tags[IDLE_MINUTES_TAG]) == ("slurm", "60", "60")
+    assert POWER_TAG not in head.inputs["tags"]
+    written = {f["path"]: f["content"] for f in load_yaml(boot_document(head))["write_files"]}
+    conf = written["/etc/slurm/slurm.conf"]
+    assert "ResumeProgram=/opt/gpu-cluster/bin/slurm-resume\n" in conf and "SuspendTime=3600\n" in conf
+    assert conf.rstrip().endswith("State=UP SuspendTime=3600")
+    window = written["/opt/gpu-cluster/bin/slurm-window"]
+    assert "TIMEZONE='America/New_York'" in window and "WINDOWS='0,1,2,3,4 480 1200'" in window
+    assert "gpu-cluster-slurm-window.timer" in json.dumps(load_yaml(boot_document(head))["runcmd"])
+    hold = next(r for r in plan.of_type(ACTION) if r.name.endswith("hold-starts"))
+    head_role = next(r for r in plan.of_type(ROLE) if r.name.endswith("-head-role"))
+    assert hold.inputs["definition"]["iamActionDefinition"]["roles"] == [head_role.outputs["name"]]
+    [attach] = _policy(plan, "budget-hold-policy")["Statement"]
+    assert attach["Resource"] == head_role.outputs["arn"]
 
 
 def test_a_stack_without_controls_has_no_control_resources(sample_plan):
@@ -399,8 +453,8 @@ def test_an_odcr_is_targeted_in_the_placement_group(render_cluster):
 
 # ---- Tencent Cloud -------------------------------------------------------------------------------
 
-def test_tencent_controls_are_one_function_with_timer_triggers(slurm_plan):
-    plan = slurm_plan("tencent-scheduled")
+def test_tencent_controls_are_one_function_with_timer_triggers(sample_plan):
+    plan = sample_plan("tencent-scheduled")
     fn = plan.one(SCF).inputs
     assert (fn["runtime"], fn["handler"]) == ("Python3.9", "index.main")
     assert fn["enablePublicNet"] is True  # no VPC: the API endpoints are on the public network
@@ -419,8 +473,8 @@ def test_tencent_controls_are_one_function_with_timer_triggers(slurm_plan):
     config = json.loads(package.read("config.json"))
     assert config == cost_controls_config(plan.one(SCF), plan)
     (node,) = gpu_nodes(plan, TC_INSTANCE)
-    # The windows start and stop the head node too; idle stop watches the GPU node only.
-    assert config["nodes"] == [node.id, head_node(plan, TC_INSTANCE).id] and config["gpu_nodes"] == [node.id]
+    # No Slurm here (Slurm on Tencent Cloud takes no run windows or idle stop): the GPU node alone.
+    assert config["nodes"] == [node.id] and config["gpu_nodes"] == [node.id]
     assert config["timezone"] == "Asia/Shanghai" and config["idle"] == {"below_pct": 5, "for_minutes": 60}
     assert ["start", [0, 1, 2, 3, 4], 540] in config["events"] and ["stop", [5], 960] in config["events"]
     assert package.read("index.py") == Path(handler.__file__).read_bytes()
@@ -435,14 +489,14 @@ def test_tencent_controls_are_one_function_with_timer_triggers(slurm_plan):
     assert not contracts.check_resource(SCF, "f", {**fn, "description": "训练集群, 按时启停."})
 
 
-def test_tencent_function_role_may_only_touch_the_cluster_nodes(slurm_plan):
-    plan = slurm_plan("tencent-scheduled")
+def test_tencent_function_role_may_only_touch_the_cluster_nodes(sample_plan):
+    plan = sample_plan("tencent-scheduled")
     [role] = [r for r in plan.of_type(CAM_ROLE) if r.name.endswith("-cost-controls-role")]
     trust = json.loads(role.inputs["document"])
     assert trust["statement"][0]["principal"] == {"service": ["scf.qcloud.com"]}
     [policy] = [json.loads(r.inputs["document"]) for r in plan.of_type(CAM_POLICY) if r.name.endswith("-cost-controls-policy")]
     [mutate] = [s for s in policy["statement"] if "name/cvm:StopInstances" in s["action"]]
-    nodes = [n.id for n in gpu_nodes(plan, TC_INSTANCE)] + [head_node(plan, TC_INSTANCE).id]
+    nodes = [n.id for n in gpu_nodes(plan, TC_INSTANCE)]
     assert all(r.startswith("qcs::cvm:ap-guangzhou:uin/") for r in mutate["resource"])
     assert sorted(r.rsplit(":instance/", 1)[-1] for r in mutate["resource"]) == sorted(nodes)
     assert plan.one(SCF).inputs["role"] == role.inputs["name"]
@@ -615,18 +669,24 @@ def test_missing_data_is_never_idle():
 
 # ---- prices ----------------------------------------------------------------------------------------
 
-def test_the_estimate_counts_only_scheduled_hours(sample_plan):
+def test_the_estimate_counts_only_scheduled_hours(sample_plan, without_slurm):
+    """With Slurm, the GPU node for the hours a week its tag declares (Slurm powers it within the windows) and the
+    head node all month; without, the GPU node for its schedules' hours."""
     cost = pricing.price_plan(sample_plan("aws-scheduled"), load_book(cache=None))
     [node] = [i for i in cost.items if i.item.startswith("GPU nodes")]
     [head] = [i for i in cost.items if i.item.startswith("head node")]
-    assert node.quantity == head.quantity == pytest.approx(60 * 730 / 168, abs=0.01)
+    assert node.quantity == pytest.approx(60 * 730 / 168, abs=0.01) and head.quantity == 730
     controls = {c["control"]: c for c in cost.controls}
     schedule = controls["schedule"]
     assert schedule["monthly_with"] == cost.total
-    assert schedule["monthly_without"] == pytest.approx(
-        cost.total + (node.unit_price + head.unit_price) * (730 - node.quantity), abs=0.05)
-    assert controls["idle_stop"]["monthly_with"] is None
-    assert controls["budget.stop_at_pct"]["monthly_with"] == cost.total  # 319 USD < the 400 USD stop: no cut
+    assert schedule["monthly_without"] == pytest.approx(cost.total + node.unit_price * (730 - node.quantity), abs=0.05)
+    assert controls["idle_stop"]["monthly_with"] is None  # Slurm's idle stop: said, not estimated
+    assert controls["budget.stop_at_pct"]["monthly_with"] == cost.total  # under the 400 USD stop: no cut
+    alone = pricing.price_plan(without_slurm, load_book(cache=None))
+    [node] = [i for i in alone.items if i.item.startswith("GPU nodes")]
+    assert node.quantity == pytest.approx(60 * 730 / 168, abs=0.01)
+    assert not [i for i in alone.items if i.item.startswith("head node")]
+    assert {c["control"] for c in alone.controls} >= {"schedule", "idle_stop", "budget.stop_at_pct"}
 
 
 def test_a_budget_stop_below_the_estimate_caps_the_node_spend(render_cluster):

@@ -72,8 +72,9 @@ def test_unchanged_plans_review_clean(sample_plan):
 def test_adding_a_schedule_shows_the_cost_with_and_without_it_on_both_sides():
     from conftest import render_plan
 
-    base = render_plan("aws-scheduled", {"schedule": None})
-    head = render_plan("aws-scheduled")
+    alone = {"scheduler": "none", "idle_stop": {"gpu_util_below_pct": 5, "for_minutes": 60}}
+    base = render_plan("aws-scheduled", {**alone, "schedule": None})
+    head = render_plan("aws-scheduled", alone)
     review = review_stack("aws-scheduled", base, head)
     added = {c.type for c in review.changes if c.action == "add"}
     assert {"aws:scheduler/schedule:Schedule", "aws:scheduler/scheduleGroup:ScheduleGroup"} <= added
@@ -84,6 +85,10 @@ def test_adding_a_schedule_shows_the_cost_with_and_without_it_on_both_sides():
     assert row.split(" | ")[1] == "—"  # no schedule before
     assert f"{after['monthly_with']:,.2f} USD with, {after['monthly_without']:,.2f} USD without" in row
     assert "| idle_stop |" in md and "| budget.stop_at_pct |" in md
+    # With Slurm the windows are the head node's and the GPU node's tag says their hours: cheaper all the same.
+    slurm = review_stack("aws-scheduled", render_plan("aws-scheduled", {"schedule": None}), render_plan("aws-scheduled"))
+    assert slurm.cost_after.total < slurm.cost_before.total
+    assert "| schedule |" in render_markdown([slurm], "main")
 
 
 def test_a_new_tencent_schedule_names_what_its_package_changes(sample_plan):

@@ -5,6 +5,7 @@ linted (shellcheck, bash -n) and exercised against stub tools. Fast: no daemons 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import importlib
 import re
@@ -18,7 +19,7 @@ from components import catalog
 from components.cloudinit import DataDisk, LustreMount, render
 from components.slurm import (SlurmCluster, all_scripts, cgroup_conf, fabric, from_spec, gres_conf, head_boot_config,
                               node_boot_parts, slurm_conf, with_slurm)
-from components.slurm import scripts
+from components.slurm import power, scripts
 from components.slurm.conf import Paths, hostlist
 from components.slurm.fabric import fabrics, sources
 from components.spec import load_spec
@@ -92,7 +93,8 @@ def test_every_sample_stack_renders_a_head_node_and_slurm(stack):
 
 def test_slurm_conf_keys_that_make_the_design_work():
     conf = slurm_conf(cluster(purchase="mixed", nodes=3))
-    for line in ("SlurmctldParameters=enable_configless,cloud_reg_addrs", "TreeWidth=65533", "PrivateData=cloud",
+    for line in ("SlurmctldParameters=enable_configless,cloud_reg_addrs,idle_on_node_suspend,power_save_min_interval=30",
+                 "TreeWidth=65533", "PrivateData=cloud",
                  "JobRequeue=1", "ReturnToService=2", "ProctrackType=proctrack/cgroup",
                  "TaskPlugin=task/cgroup,task/affinity", "StateSaveLocation=/data/slurm/state",
                  "HealthCheckProgram=/opt/gpu-cluster/bin/health-gate"):
@@ -102,6 +104,28 @@ def test_slurm_conf_keys_that_make_the_design_work():
     assert nodes == {"llm-node-[0]": "p5.48xlarge,ondemand", "llm-node-[1-2]": "p5.48xlarge,spot"}
     assert cgroup_conf(cluster()) .splitlines()[1:] == [
         "CgroupPlugin=cgroup/v2", "ConstrainCores=yes", "ConstrainDevices=yes", "ConstrainRAMSpace=no"]
+
+
+def test_slurm_power_saving_is_configured_where_slurm_powers_the_nodes():
+    """AWS: the resume and suspend programs always (a failed node is replaced by a power down and up), SuspendTime
+    from idle_stop on the partition, or INFINITE there (power saving on, no idle suspension); a GPU boot's
+    ResumeTimeout. Tencent Cloud: no power saving at all."""
+    def keys(conf: str) -> dict[str, str]:
+        return dict(line.split("=", 1) for line in conf.splitlines() if "=" in line and not line.startswith(
+            ("NodeName=", "PartitionName=", "#")))
+
+    idle = slurm_conf(cluster(suspend_after_s=3600))
+    k = keys(idle)
+    assert (k["ResumeProgram"], k["SuspendProgram"], k["ResumeFailProgram"]) == (
+        "/opt/gpu-cluster/bin/slurm-resume", "/opt/gpu-cluster/bin/slurm-suspend", "/opt/gpu-cluster/bin/slurm-suspend")
+    assert (k["ResumeTimeout"], k["SuspendTimeout"], k["SuspendTime"], k["ReconfigFlags"]) == (
+        "1800", "600", "3600", "KeepPartState")
+    assert idle.rstrip().endswith("State=UP SuspendTime=3600")
+    always = slurm_conf(cluster())
+    assert always.rstrip().endswith("State=UP SuspendTime=INFINITE") and keys(always)["SuspendTime"] != "INFINITE"
+    tencent = slurm_conf(dataclasses.replace(cluster(), cloud="tencentcloud",
+                                             shape=catalog.shape("tencentcloud", "HCCPNV6.96XLARGE2304")))
+    assert "ResumeProgram" not in tencent and "SuspendTime" not in tencent and "idle_on_node_suspend" not in tencent
 
 
 @pytest.mark.parametrize("stack", SAMPLES)
@@ -223,9 +247,12 @@ def node(tmp_path):
     # fio and scontrol stubs for the fast suite (the harness runs the real ones)
     (bin_dir / "fio").write_text('#!/bin/bash\necho "fio $*" >> "$STUB_STATE/fio.log"\n'
                                  'echo \'{"jobs": [{"read": {"iops": 1234.5}}]}\'\n')
+    # scontrol requeue ends the node's jobs ($STUB_STATE/jobs, one id a line, which squeue -w lists).
     (bin_dir / "scontrol").write_text('#!/bin/bash\necho "scontrol $*" >> "$STUB_STATE/scontrol.log"\n'
-                                      'if [ "$1" = show ]; then cat "$STUB_STATE/node" 2>/dev/null || true; fi\n')
-    for name in ("fio", "scontrol"):
+                                      'if [ "$1" = show ]; then cat "$STUB_STATE/node" 2>/dev/null || true; fi\n'
+                                      'if [ "$1" = requeue ]; then : > "$STUB_STATE/jobs"; fi\n')
+    (bin_dir / "squeue").write_text('#!/bin/bash\ncat "$STUB_STATE/jobs" 2>/dev/null || true\n')
+    for name in ("fio", "scontrol", "squeue"):
         (bin_dir / name).chmod(0o755)
     env = stub_env(bin_dir, state, virtual_clock=True)  # waits take no time; sleep.log says how long
     return c, env, state, tmp_path
@@ -398,34 +425,46 @@ def test_the_gpu_watch_leaves_healthy_or_already_failing_nodes_and_unreadable_co
     assert Path(c.paths.health_status_file).read_text().startswith("FAIL\nexpected 8 GPUs")
 
 
-def test_a_node_that_still_fails_is_rebooted_once_when_idle_then_left_for_a_person(node):
-    """Self-healing: a drained node whose check still fails is rebooted once (a reset clears a GPU off the
-    bus or ECC errors), but not while a job runs on it, not when someone else drained it, and not again
-    after its reboot; a passing check clears the mark, so a later failure gets its own reboot."""
+def test_a_node_that_still_fails_has_its_jobs_requeued_is_rebooted_once_then_replaced_then_left(node):
+    """Self-healing: a node drained by its own check that still fails at the recheck has its jobs requeued and is
+    rebooted once (a reset clears a GPU off the bus or ECC errors); failing after that, it is powered down by
+    name for Slurm to stop it and start it again on other hardware; failing even then, it is left for a person.
+    Never for someone else's drain, never powered down when it is a spot node (a one-time spot instance cannot
+    be stopped) or where Slurm does not power nodes; a passing check clears both marks."""
     c, env, st, root = node
     _health(node, gpus=7)
     script = scripts.health_recheck_script(c).replace(f"BIN='{c.paths.bin}'", f"BIN='{root}/bin'")
     ours = f"Reason={scripts.HEALTH_REASON_PREFIX} expected 8 GPUs, nvidia-smi lists 7 [root@2026-12-05T09:00:00]"
-    mark = Path(c.paths.health_reboot_file)
+    reboot, replace = Path(c.paths.health_reboot_file), Path(c.paths.health_replace_file)
 
-    def recheck(state: str, reason: str = ours):
-        (st / "node").write_text(f"NodeName={c.node_name(0)} Arch=x86_64 State={state} {reason}\n")
-        (st / "systemctl.log").write_text("")
-        return _run(root / "bin/health-recheck", script, env), (st / "systemctl.log").read_text()
+    def recheck(state: str, reason: str = ours, features: str = "p5.48xlarge,ondemand", jobs: str = "",
+                text: str = script):
+        (st / "node").write_text(f"NodeName={c.node_name(0)} Arch=x86_64 AvailableFeatures={features} "
+                                 f"State={state} {reason}\n")
+        (st / "jobs").write_text(jobs)
+        for log in ("systemctl.log", "scontrol.log"):
+            (st / log).write_text("")
+        r = _run(root / "bin/health-recheck", text, env)
+        return r, (st / "systemctl.log").read_text(), (st / "scontrol.log").read_text()
 
-    r, calls = recheck("MIXED+DRAIN")
-    assert "systemctl reboot" not in calls and "once they have ended" in r.stdout
-    r, calls = recheck("IDLE+DRAIN", "Reason=maintenance [admin@2026-12-05T09:00:00]")
-    assert "systemctl reboot" not in calls and not mark.exists(), "someone else's drain"
-    r, calls = recheck("IDLE+DRAIN")
-    assert calls.splitlines()[-1] == "systemctl reboot" and mark.exists(), r.stderr
-    r, calls = recheck("IDLE+DRAIN")
-    assert "systemctl reboot" not in calls and "replace the node" in r.stderr
+    r, calls, ctl = recheck("IDLE+DRAIN", "Reason=maintenance [admin@2026-12-05T09:00:00]")
+    assert "systemctl reboot" not in calls and "requeue" not in ctl and not reboot.exists(), "someone else's drain"
+    r, calls, ctl = recheck("MIXED+DRAIN", jobs="42\n43_1\n")
+    assert "scontrol requeue 42,43_1" in ctl and "requeueing the jobs on" in r.stdout
+    assert calls.splitlines()[-1] == "systemctl reboot" and reboot.exists() and not replace.exists(), r.stderr
+    r, calls, ctl = recheck("IDLE+DRAIN", features="p5.48xlarge,spot")
+    assert "systemctl reboot" not in calls and "power_down" not in ctl and "left drained" in r.stderr, "a spot node"
+    tencent = scripts.health_recheck_script(dataclasses.replace(c, cloud="tencentcloud", shape=catalog.shape(
+        "tencentcloud", "HCCPNV6.96XLARGE2304"))).replace(f"BIN='{c.paths.bin}'", f"BIN='{root}/bin'")
+    assert "POWER_SAVING='0'" in tencent
+    r, calls, ctl = recheck("IDLE+DRAIN")
+    assert "systemctl reboot" not in calls and f"update nodename={c.node_name(1)} state=power_down_force" in ctl
+    assert replace.exists() and "powering" in r.stdout
+    r, calls, ctl = recheck("IDLE+DRAIN")
+    assert "systemctl reboot" not in calls and "power_down" not in ctl and "left drained" in r.stderr
     write_state(st, gpus=8)
-    r, calls = recheck("IDLE+DRAIN")
-    assert "passes now" in r.stdout
-    _run(root / "bin/health-recheck", script, env)  # PASS: the mark goes
-    assert not mark.exists()
+    r, calls, ctl = recheck("IDLE+DRAIN")
+    assert "passes now" in r.stdout and not reboot.exists() and not replace.exists()  # node-health cleared both
 
 
 def test_the_recheck_restarts_a_fabric_manager_that_failed_at_boot(node):
@@ -706,3 +745,76 @@ def test_slurm_waits_for_the_guard_on_every_node_and_the_head(cloud_shape):
         started = [cmd[-1] for cmd in commands if cmd[:3] == ("systemctl", "enable", "--now")]
         assert started[0] == "gpu-cluster-metadata-guard.service", "the guard first, before anything of Slurm's"
     assert "iptables" in parts.packages and "iptables" in head.packages
+
+
+# ---- Slurm power saving on the head node (the real Slurm runs them in make slurm-check) --------------------
+
+def _power_env(tmp_path, instances: str, start_fails: int = 0):
+    """Stub aws (tests/slurm_local/stubs.py) with the cluster's instances, and an scontrol that expands a hostlist
+    and logs updates. `start_fails`: how many start-instances calls fail first (a node still stopping)."""
+    bin_dir, state = tmp_path / "stub-bin", tmp_path / "stub-state"
+    write_stubs(bin_dir)
+    write_state(state, instances=instances, fails=start_fails)
+    (bin_dir / "scontrol").write_text(
+        '#!/bin/bash\necho "scontrol $*" >> "$STUB_STATE/scontrol.log"\n'
+        'if [ "$1 $2" = "show hostnames" ]; then python3 -c "import sys; p, r = sys.argv[1].split(\'[\'); '
+        'a, b = r.rstrip(\']\').split(\'-\'); [print(f\'{p}{i}\') for i in range(int(a), int(b) + 1)]" "$3"; fi\n')
+    real_aws = (bin_dir / "aws").read_text()
+    (bin_dir / "aws").write_text(real_aws.replace(
+        '  "ec2 start-instances"|"ec2 stop-instances")',
+        '  "ec2 start-instances"|"ec2 stop-instances")\n'
+        '    left=$(cat "$STUB_STATE/fails"); if [ "$2" = start-instances ] && [ "$left" -gt 0 ]; then\n'
+        '      echo $((left - 1)) > "$STUB_STATE/fails"; echo "An error occurred (IncorrectInstanceState)" >&2; exit 254; fi'))
+    for name in ("scontrol", "aws"):
+        (bin_dir / name).chmod(0o755)
+    return stub_env(bin_dir, state, virtual_clock=True), state
+
+
+def test_the_resume_program_starts_the_named_nodes_instances_and_sets_down_what_it_cannot(tmp_path):
+    c = cluster(nodes=3)
+    env, st = _power_env(tmp_path, "0\ti-000\n2\ti-222\nNone\ti-head\n", start_fails=2)
+    resume = tmp_path / "slurm-resume"
+    r = _run(resume, power.power_script(c, "resume"), env, "llm-node-[0-2]")
+    assert r.returncode == 0, r.stderr
+    # Node 1 has no instance (terminated): DOWN with the reason, its jobs go elsewhere; the others start, once
+    # the instances that were still stopping can (two refusals, then the third try).
+    assert (st / "ec2.log").read_text() == "start i-000 i-222\n"
+    assert "scontrol update nodename=llm-node-1 state=down reason=gpu-cluster-power: no instance" in (st / "scontrol.log").read_text()
+    assert (st / "sleep.log").read_text().split() == ["sleep", "30", "sleep", "30"]
+    assert "--filters Name=tag:gpu-cluster:name,Values=llm Name=tag-key,Values=gpu-cluster:node" in (st / "aws.log").read_text()
+    write_state(st, fails=99)
+    r = _run(resume, power.power_script(c, "resume"), env, "llm-node-[0-0]")
+    assert r.returncode == 1 and "state=down reason=gpu-cluster-power: could not start: " in (st / "scontrol.log").read_text()
+    suspend = _run(tmp_path / "slurm-suspend", power.power_script(c, "suspend"), env, "llm-node-[2-2]")
+    assert suspend.returncode == 0 and (st / "ec2.log").read_text().splitlines()[-1] == "stop i-222"
+    with pytest.raises(ValueError, match="no power saving commands for tencentcloud"):
+        power.power_script(dataclasses.replace(c, cloud="tencentcloud", shape=catalog.shape(
+            "tencentcloud", "HCCPNV6.96XLARGE2304")), "resume")
+
+
+def test_the_window_timer_closes_the_partition_and_powers_nodes_down_outside_and_opens_it_inside(tmp_path):
+    import datetime
+    import zoneinfo
+
+    env, st = _power_env(tmp_path, "")
+    today = datetime.datetime.now(zoneinfo.ZoneInfo("Asia/Shanghai")).weekday()
+    days = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+    (tmp_path / "stub-bin/scontrol").write_text(
+        '#!/bin/bash\necho "scontrol $*" >> "$STUB_STATE/scontrol.log"\n'
+        'case "$1 $2" in "show partition") echo "PartitionName=llm AllowGroups=ALL State=$(cat "$STUB_STATE/part")";;\n'
+        '"show nodes") cat "$STUB_STATE/nodes";; esac\n')
+    write_state(st, part="UP", nodes=["NodeName=llm-node-0 Arch=x86_64 State=IDLE+CLOUD Gres=gpu:h100:8",
+                                      "NodeName=llm-node-1 Arch=x86_64 State=IDLE+CLOUD+POWERED_DOWN Gres=gpu:h100:8",
+                                      "NodeName=other-node-1 Arch=x86_64 State=IDLE Gres=gpu:h100:8"])
+    outside = cluster(windows=(f"{days[(today + 3) % 7]} 00:00-24:00",), timezone="Asia/Shanghai")
+    r = _run(tmp_path / "slurm-window", power.window_script(outside), env)
+    log = (st / "scontrol.log").read_text()
+    assert r.returncode == 0 and "scontrol update partitionname=llm state=down" in log, r.stderr
+    assert "scontrol update nodename=llm-node-0 state=power_down_force" in log  # only the node still up, only ours
+    write_state(st, part="DOWN", **{"scontrol.log": ""})
+    inside = cluster(windows=(f"{days[today]} 00:00-24:00",), timezone="Asia/Shanghai")
+    r = _run(tmp_path / "slurm-window", power.window_script(inside), env)
+    assert (st / "scontrol.log").read_text().splitlines()[-1] == "scontrol update partitionname=llm state=up"
+    write_state(st, part="UP", **{"scontrol.log": ""})
+    _run(tmp_path / "slurm-window", power.window_script(inside), env)
+    assert "update" not in (st / "scontrol.log").read_text()  # nothing to change: nothing done

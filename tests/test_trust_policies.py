@@ -84,9 +84,24 @@ def test_every_service_role_carries_its_confused_deputy_conditions(sample_plan, 
     assert problems == []
 
 
+def _without_slurm():
+    """aws-scheduled without Slurm: its run windows are EventBridge schedules, with the scheduler's role."""
+    from conftest import render_plan
+
+    return render_plan("aws-scheduled", {"scheduler": "none", "idle_stop": {"gpu_util_below_pct": 5, "for_minutes": 60}})
+
+
+def test_the_scheduler_role_carries_its_confused_deputy_conditions():
+    plan = _without_slurm()
+    roles = _service_roles(plan)
+    assert [p for r in roles for p in trust_problems(r.name, json.loads(r.inputs["assumeRolePolicy"]),
+                                                     _region("aws-scheduled"), plan)] == []
+
+
 def test_the_sample_plans_hold_every_service_role(sample_plan):
-    """The check above is not vacuous: between them the sample plans hold a role of each service."""
-    services = {service for stack in AWS_STACKS for r in _service_roles(sample_plan(stack))
+    """The checks above are not vacuous: between them the plans hold a role of each service."""
+    plans = [sample_plan(stack) for stack in AWS_STACKS] + [_without_slurm()]
+    services = {service for plan in plans for r in _service_roles(plan)
                 for s in json.loads(r.inputs["assumeRolePolicy"])["Statement"] for service in _services(s)}
     assert services == {"dlm.amazonaws.com", "vpc-flow-logs.amazonaws.com", "scheduler.amazonaws.com",
                         "budgets.amazonaws.com"}
@@ -111,8 +126,8 @@ def test_a_dropped_condition_is_reported(sample_plan, drop):
         assert trust_problems(r.name, widened, region, plan), r.name
 
 
-def test_the_scheduler_role_is_scoped_to_the_clusters_schedule_group(sample_plan):
-    plan = sample_plan("aws-scheduled")
+def test_the_scheduler_role_is_scoped_to_the_clusters_schedule_group():
+    plan = _without_slurm()
     [group] = plan.of_type(SCHEDULE_GROUP)
     [role] = [r for r in plan.of_type(ROLE) if r.name.endswith("-scheduler-role")]
     [statement] = json.loads(role.inputs["assumeRolePolicy"])["Statement"]

@@ -19,13 +19,14 @@ from components.aws.backup import BACKUP_TAG, Backup, BackupArgs
 from components.aws.notes import fsx_backup_days
 from components.aws.budget import Budget, BudgetArgs
 from components.aws.compute import Compute, ComputeArgs
+from components.aws.common import instance_arns
 from components.aws.costcontrol import CostControlArgs, CostControls
 from components.aws.head import Head, HeadArgs, secret_name
 from components.aws.monitoring import Monitoring, MonitoringArgs, NodeHealth
 from components.aws.network import Network, NetworkArgs
 from components.aws.storage import Storage, StorageArgs
 from components.headnode import HEAD_DATA_GB, head_address, submit_command
-from components.slurm import from_spec
+from components.slurm import from_spec, power
 from components.spec import Cluster, ClusterSpec
 
 
@@ -137,7 +138,7 @@ def _compute(s: _Setting, network: Network, storage: Storage, head: Optional[Hea
         bucket_arn=storage.bucket_arn, lustre_dns_name=storage.fsx_dns_name,
         lustre_mount_name=storage.fsx_mount_name, data_volume_ids=storage.data_volume_ids,
         data_disk_gb=spec.storage.data_disk_gb, capacity=spec.capacity, slurm=slurm_input,
-        munge_secret_arn=head.secret_arn if head else None,
+        munge_secret_arn=head.secret_arn if head else None, power_tags=power.plan_tags(spec),
         after=[*network.ready, *([head.instance] if head else [])]), s.child)
 
 
@@ -151,15 +152,23 @@ def _monitoring_and_cost_controls(s: _Setting, compute: Compute, budget: Budget,
         health=NodeHealth(slurm_input) if slurm else None,
         head_id=head.instance_id if head else None), s.child)
 
-    # The windows start and stop the head node with the GPU nodes; idle stop and the budget stop
+    # Slurm power saving (components/slurm/power.py): slurmctld alone starts and stops the GPU nodes, the head
+    # node runs all the time, and the run windows and idle stop live in the head node's configuration; the
+    # budget stop still stops the GPU nodes, and its hold keeps the head node's role from starting them again.
+    # Without Slurm: the windows start and stop the GPU nodes and the head node; idle stop and the budget stop
     # only ever stop GPU nodes.
+    slurm_powers = bool(power.plan_tags(spec))
+    if slurm_powers and head is not None:
+        head.allow_power(cluster.region, instance_arns(s.partition, s.account_id, cluster.region, compute.node_ids))
     every_node = compute.node_ids + ([head.instance_id] if head else [])
     if controls:
         CostControls(f"{name}-cost-controls", CostControlArgs(
             cluster_name=name, region=cluster.region, account_id=s.account_id, partition=s.partition,
-            node_ids=every_node, gpu_node_ids=compute.node_ids, tags=tags, topic_arn=budget.topic_arn,
-            schedule=spec.schedule, idle_stop=spec.idle_stop, budget_name=budget.budget_name,
-            stop_at_pct=spec.budget.stop_at_pct, emails=spec.budget.emails), s.child)
+            node_ids=compute.node_ids if slurm_powers else every_node, gpu_node_ids=compute.node_ids, tags=tags,
+            topic_arn=budget.topic_arn,
+            schedule=None if slurm_powers else spec.schedule, idle_stop=None if slurm_powers else spec.idle_stop,
+            budget_name=budget.budget_name, stop_at_pct=spec.budget.stop_at_pct, emails=spec.budget.emails,
+            starter_role=head.role if slurm_powers and head is not None else None), s.child)
 
 
 def _exports(cluster: Cluster, network: Network, storage: Storage, compute: Compute, budget: Budget,

@@ -96,3 +96,24 @@ def zone_offered(instance_type: str, zone: str, parent: pulumi.Resource, what: O
                  aws.ec2.GetInstanceTypeOfferingsFilterArgs(name="location", values=[zone])],
         opts=pulumi.InvokeOptions(parent=parent)).instance_types.apply(
             lambda found: offered_in_zone(instance_type, zone, found or [], what, remedy))
+
+
+def instance_arns(partition: pulumi.Input[str], account_id: pulumi.Input[str], region: str,
+                  ids: Sequence[pulumi.Input[str]]) -> pulumi.Output[list[str]]:
+    """The ARNs of EC2 instances of this account and region, by id."""
+    return pulumi.Output.all(partition, account_id, *ids).apply(
+        lambda v: [f"arn:{v[0]}:ec2:{region}:{v[1]}:instance/{i}" for i in v[2:]])
+
+
+def start_stop_statements(arns: pulumi.Input[list[str]], region: str) -> list[dict]:
+    """What starting and stopping the cluster's nodes takes: those two calls on those instances only, and the
+    KMS grant EC2 makes on the caller's behalf when it starts an instance whose EBS volumes use a customer-managed
+    key (EC2 user guide, "How EBS encryption works"; AWS KMS developer guide, "How Amazon EBS uses AWS KMS"),
+    for EC2's own use only."""
+    return [
+        {"Sid": "StartStopTheClusterNodes", "Effect": "Allow",
+         "Action": ["ec2:StartInstances", "ec2:StopInstances"], "Resource": arns},
+        {"Sid": "StartNodesWithEncryptedVolumes", "Effect": "Allow", "Action": ["kms:CreateGrant"],
+         "Resource": "*", "Condition": {"Bool": {"kms:GrantIsForAWSResource": "true"},
+                                        "StringEquals": {"kms:ViaService": f"ec2.{region}.amazonaws.com"}}},
+    ]

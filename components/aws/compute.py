@@ -178,6 +178,8 @@ class ComputeArgs:
     None: no scheduler."""
     munge_secret_arn: Optional[pulumi.Input[str]] = None
     """The munge-key secret the nodes may read (components/aws/head.py); None: no scheduler."""
+    power_tags: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Extra tags on every node saying that Slurm starts and stops it (components/slurm/power.py plan_tags)."""
     after: Sequence[pulumi.Resource] = ()
     """Created before the nodes: the network's routes and rules (Network.ready) and the head node (its
     fixed address must be taken first)."""
@@ -512,6 +514,7 @@ class Compute(pulumi.ComponentResource):
                 volume_size=args.root_gb, volume_type="gp3", encrypted=True, delete_on_termination=True),
             # The data volume's id as a tag, which the boot config reads from the instance metadata.
             tags=tagged(args.tags, node_name, **{"gpu-cluster:node": str(index), "gpu-cluster:market": how},
+                        **args.power_tags,
                         **({DATA_VOLUME_TAG: data_volume} if data_volume is not None else {}),
                         **({BLOCK_HOURS_TAG: str(args.capacity.duration_hours)}
                            if args.capacity is not None and args.capacity.type == "capacity_block"

@@ -26,7 +26,8 @@ import pulumi
 import pulumi_aws as aws
 
 from components import run_windows
-from components.aws.common import assume_role_policy, policy_output, tagged
+from components.aws.common import (assume_role_policy, instance_arns, policy_output, start_stop_statements,
+                                   tagged)
 from components.spec import IdleStop, Schedule
 
 HOLDLESS_PATH = "/gpu-cluster/"
@@ -58,11 +59,13 @@ class CostControlArgs:
     stop_at_pct: Optional[int] = None
     emails: tuple[str, ...] = ()
     """Subscribers of the budget action (AWS Budgets requires at least one)."""
+    starter_role: Optional[aws.iam.Role] = None
+    """A role that starts the nodes outside the run windows' schedules: the Slurm head node's, whose power programs
+    start them for pending jobs. The budget hold denies it ec2:StartInstances too."""
 
 
 def _instance_arns(args: CostControlArgs) -> pulumi.Output[list[str]]:
-    return pulumi.Output.all(args.partition, args.account_id, *args.node_ids).apply(
-        lambda v: [f"arn:{v[0]}:ec2:{args.region}:{v[1]}:instance/{i}" for i in v[2:]])
+    return instance_arns(args.partition, args.account_id, args.region, args.node_ids)
 
 
 class CostControls(pulumi.ComponentResource):
@@ -79,7 +82,7 @@ class CostControls(pulumi.ComponentResource):
         # it. So a destroy after the hold fired still works, and so does an update that drops
         # stop_at_pct: that replaces the role (HOLDLESS_PATH), whose old self goes first.
         self._deny: Optional[aws.iam.Policy] = None
-        if args.schedule is not None and args.stop_at_pct is not None:
+        if (args.schedule is not None or args.starter_role is not None) and args.stop_at_pct is not None:
             self._deny = self._hold_policy(name, args, child)
         if args.schedule is not None:
             self.scheduler_role = self._schedules(name, args, child)
@@ -111,16 +114,7 @@ class CostControls(pulumi.ComponentResource):
                             opts=pulumi.ResourceOptions(parent=self, depends_on=[self._deny] if self._deny else []))
         policy = aws.iam.RolePolicy(
             f"{name}-scheduler-start-stop", role=role.id,
-            policy=policy_output([
-                {"Sid": "StartStopTheClusterNodes", "Effect": "Allow",
-                 "Action": ["ec2:StartInstances", "ec2:StopInstances"], "Resource": _instance_arns(args)},
-                # Starting an instance whose EBS volumes use a customer-managed key makes EC2 create a
-                # grant on the caller's behalf (EC2 user guide, "How EBS encryption works"; AWS KMS
-                # developer guide, "How Amazon EBS uses AWS KMS"): allowed for EC2's own use only.
-                {"Sid": "StartNodesWithEncryptedVolumes", "Effect": "Allow", "Action": ["kms:CreateGrant"],
-                 "Resource": "*", "Condition": {"Bool": {"kms:GrantIsForAWSResource": "true"},
-                                                "StringEquals": {"kms:ViaService": f"ec2.{args.region}.amazonaws.com"}}},
-            ]),
+            policy=policy_output(start_stop_statements(_instance_arns(args), args.region)),
             opts=child)
         group = aws.scheduler.ScheduleGroup(group_name, name=group_name, tags=tagged(args.tags, group_name), opts=child)
         instances = pulumi.Output.all(*args.node_ids).apply(lambda ids: json.dumps({"InstanceIds": list(ids)}))
@@ -216,8 +210,9 @@ class CostControls(pulumi.ComponentResource):
                     region=args.region)),
             tags=tagged(args.tags, f"{name}-budget-stop"),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[policy]), **common)
-        if self.scheduler_role is not None and self._deny is not None:
-            self._hold_starts(name, args, role, self._deny, common, child)
+        starters = [r for r in (self.scheduler_role, args.starter_role) if r is not None]
+        if starters and self._deny is not None:
+            self._hold_starts(name, args, role, self._deny, starters, common, child)
 
     def _hold_policy(self, name: str, args: CostControlArgs, child: pulumi.ResourceOptions) -> aws.iam.Policy:
         """The Deny of ec2:StartInstances on the nodes that the budget hold attaches to the scheduler's role."""
@@ -230,15 +225,16 @@ class CostControls(pulumi.ComponentResource):
             tags=tagged(args.tags, deny_name), opts=child)
 
     def _hold_starts(self, name: str, args: CostControlArgs, budget_role: aws.iam.Role, deny: aws.iam.Policy,
-                     common: dict, child: pulumi.ResourceOptions) -> None:
-        """Keep the run windows from starting the stopped nodes again: at the same threshold a second
-        action attaches a Deny of ec2:StartInstances to the scheduler's role (AWS Budgets API,
-        "IamActionDefinition"), which stays until the action is reversed."""
+                     starters: list[aws.iam.Role], common: dict, child: pulumi.ResourceOptions) -> None:
+        """Keep the run windows (or Slurm's resume program) from starting the stopped nodes again: at the same
+        threshold a second action attaches a Deny of ec2:StartInstances to the roles that start nodes (AWS
+        Budgets API, "IamActionDefinition"), which stays until the action is reversed."""
         attach = aws.iam.RolePolicy(
             f"{name}-budget-hold-policy", role=budget_role.id,
             policy=policy_output([{
-                "Sid": "AttachTheHoldToTheSchedulerRoleOnly", "Effect": "Allow",
-                "Action": ["iam:AttachRolePolicy", "iam:DetachRolePolicy"], "Resource": self.scheduler_role.arn,
+                "Sid": "AttachTheHoldToTheStartingRolesOnly", "Effect": "Allow",
+                "Action": ["iam:AttachRolePolicy", "iam:DetachRolePolicy"],
+                "Resource": starters[0].arn if len(starters) == 1 else pulumi.Output.all(*[r.arn for r in starters]),
                 "Condition": {"ArnEquals": {"iam:PolicyARN": deny.arn}}}]),
             opts=child)
         aws.budgets.BudgetAction(
@@ -246,6 +242,6 @@ class CostControls(pulumi.ComponentResource):
             action_type="APPLY_IAM_POLICY",
             definition=aws.budgets.BudgetActionDefinitionArgs(
                 iam_action_definition=aws.budgets.BudgetActionDefinitionIamActionDefinitionArgs(
-                    policy_arn=deny.arn, roles=[self.scheduler_role.name])),
+                    policy_arn=deny.arn, roles=[r.name for r in starters])),
             tags=tagged(args.tags, f"{name}-budget-hold-starts"),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[attach]), **common)

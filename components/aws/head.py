@@ -28,7 +28,7 @@ import pulumi_aws as aws
 from components.aws.boot import (APT_LOCK_WAIT_S, DATA_SERIAL_FROM_IMDS, DATA_VOLUME_TAG, EBS_MODEL,
                                  lustre_mount)
 from components.aws.common import (assume_role_policy, aws_managed_policy, policy_output, session_manager_policy,
-                                   tagged, zone_offered)
+                                   start_stop_statements, tagged, zone_offered)
 from components.cloudinit import DataDisk, encode, render, size_problem
 from components.headnode import HEAD_INSTANCE_TYPES, HEAD_ROLE, ROLE_TAG
 from components.slurm import SlurmCluster, head_boot_config
@@ -103,6 +103,7 @@ class Head(pulumi.ComponentResource):
         self.secret_arn = secret.arn
 
         profile = self._role(name, args, secret.arn, child)
+        self._name = name
         instance = self._instance(name, args, profile)
         aws.ec2.VolumeAttachment(
             f"{name}-data-attachment", instance_id=instance.id, volume_id=args.data_volume_id,
@@ -163,6 +164,7 @@ class Head(pulumi.ComponentResource):
         role = aws.iam.Role(role_name, assume_role_policy=assume_role_policy("ec2.amazonaws.com"),
                             description=f"Slurm head node of {args.cluster_name}",
                             tags=tagged(args.tags, role_name), opts=child)
+        self.role = role
         # Session Manager only (common.SESSION_MANAGER_ACTIONS), and the CloudWatch agent.
         aws.iam.RolePolicy(f"{name}-role-session-manager", role=role.id, policy=session_manager_policy(),
                            opts=child)
@@ -175,6 +177,19 @@ class Head(pulumi.ComponentResource):
         # After the grant: the head reads the secret at first boot, and an AccessDenied there stops it.
         return aws.iam.InstanceProfile(profile_name, role=role.name, tags=tagged(args.tags, profile_name),
                                        opts=pulumi.ResourceOptions(parent=self, depends_on=[grant]))
+
+
+    def allow_power(self, region: str, arns: pulumi.Input[list[str]]) -> aws.iam.RolePolicy:
+        """Slurm power saving: slurmctld's resume and suspend programs find the GPU nodes by their tags
+        (ec2:DescribeInstances, which takes no resource: Service Authorization Reference, Amazon EC2, "Actions
+        defined by Amazon EC2") and start and stop those instances only. Made after the GPU nodes, whose ids
+        it names."""
+        return aws.iam.RolePolicy(
+            f"{self._name}-role-power", role=self.role.id,
+            policy=policy_output([
+                {"Sid": "FindTheClusterNodes", "Effect": "Allow", "Action": ["ec2:DescribeInstances"], "Resource": "*"},
+                *start_stop_statements(arns, region)]),
+            opts=pulumi.ResourceOptions(parent=self))
 
 
 def munge_policy(secret_arn: pulumi.Input[str], write: bool) -> pulumi.Output[str]:

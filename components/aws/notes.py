@@ -93,46 +93,61 @@ def slurm_notes(spec: "ClusterSpec") -> list[str]:
         "their boot config (roll one with `pulumi up --replace`); they fetch slurm.conf from the head node",
         "scheduler: slurm — every GPU node's boot health check (GPUs and their ECC errors, NVLink, EFA, mounts, fio) "
         "and a 5-minute GPU watch between checks drain a failing node in Slurm and publish GpuCluster/NodeHealthy; a "
-        "CloudWatch alarm per node reports a failed check to the alarm topic. A drained node still failing once its "
-        "jobs have ended is rebooted once, then left drained for you to replace",
+        "CloudWatch alarm per node reports a failed check to the alarm topic. A drained node still failing at its "
+        "15-minute recheck has its jobs requeued and is rebooted once; failing after that, Slurm powers it down (EC2 "
+        "stops it) and starts it again, on other hardware, when a job needs it; failing even then, it stays drained "
+        "for you to replace (`pulumi up --replace`). Slurm power saving (the head node's role may start and stop "
+        "the GPU nodes, and only them) is what stops and starts them",
     ]
 
 
 def _idle_stop_notes(spec: "ClusterSpec") -> list[str]:
-    """How idle stop acts, and, with Slurm, what it does not see."""
-    out: list[str] = []
+    """How idle stop acts: a CloudWatch alarm on GPU use without a scheduler, Slurm power saving with Slurm."""
     if spec.idle_stop is None:
-        return out
-    out.append(f"idle_stop: a CloudWatch alarm per node stops it (EC2 stop action) when its GPU utilisation averages "
-               f"below {spec.idle_stop.gpu_util_below_pct} % in every 5 minutes for {spec.idle_stop.for_minutes} "
-               f"min; a node that sends no metric is never stopped. CloudWatch creates the service-linked role for "
-               f"EC2 alarm actions itself at the first such alarm, so whoever runs `pulumi up` needs "
-               f"iam:CreateServiceLinkedRole (CloudWatch API reference, PutMetricAlarm)")
+        return []
     if spec.scheduler == "slurm":
-        out.append("idle_stop with Slurm: the alarm sees GPU utilisation, not jobs. A job in a long CPU-only phase "
-                   "(preprocessing, checkpoint upload) can have its node stopped under it and is requeued, and "
-                   "nothing starts a stopped node for pending jobs (Slurm power saving is not built yet): a run "
-                   "window or `aws ec2 start-instances` does; idle_stop: null keeps nodes up (docs/slurm.md, "
-                   "\"What happens to a job\")")
-    return out
+        return [f"idle_stop with Slurm: Slurm power saving stops a GPU node that has had no job for "
+                f"{spec.idle_stop.for_minutes} min (SuspendTime; the head node's slurm-suspend calls EC2 "
+                f"StopInstances) and starts it again for the next job that needs it (slurm-resume; the job waits "
+                f"for the boot and the health check, ResumeTimeout 30 min). A job in a CPU-only phase keeps its node; "
+                f"no CloudWatch alarm stops anything (docs/slurm.md, \"What happens to a job\")"]
+    return [f"idle_stop: a CloudWatch alarm per node stops it (EC2 stop action) when its GPU utilisation averages "
+            f"below {spec.idle_stop.gpu_util_below_pct} % in every 5 minutes for {spec.idle_stop.for_minutes} "
+            f"min; a node that sends no metric is never stopped. CloudWatch creates the service-linked role for "
+            f"EC2 alarm actions itself at the first such alarm, so whoever runs `pulumi up` needs "
+            f"iam:CreateServiceLinkedRole (CloudWatch API reference, PutMetricAlarm)"]
+
+
+def _schedule_notes(spec: "ClusterSpec") -> list[str]:
+    """How the run windows act: Slurm keeps to them with Slurm, EventBridge schedules without."""
+    if spec.schedule is None:
+        return []
+    windows = f"{'; '.join(spec.schedule.windows)}, {spec.schedule.timezone}"
+    if spec.scheduler == "slurm":
+        return [f"schedule with Slurm: outside the run windows ({windows}) the head node's slurm-window timer sets the "
+                f"Slurm partition DOWN, so jobs queue and wait, and powers down every GPU node still up (its running "
+                f"jobs are requeued); inside them the partition is UP and pending jobs start their nodes. Slurm alone "
+                f"starts and stops the GPU nodes; the head node runs all the time, so jobs can be submitted at any "
+                f"hour. The cost estimate counts the GPU nodes for the windows' hours, at most"]
+    return [f"schedule: EventBridge Scheduler starts the GPU nodes when a window opens and stops them when it closes "
+            f"({windows}); a node started by hand outside the windows runs until the next stop, and so do the nodes "
+            f"the first `pulumi up` launches outside a window"]
 
 
 def cost_control_notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
     """What stops what, and what a stop costs, on AWS."""
     out = []
     what = "the GPU nodes"
-    if spec.schedule is not None:
-        started = f"{what} and the Slurm head node" if spec.scheduler == "slurm" else what
-        out.append(f"schedule: EventBridge Scheduler starts {started} when a window opens and stops them when it closes "
-                   f"({'; '.join(spec.schedule.windows)}, {spec.schedule.timezone}); a node started by hand outside "
-                   f"the windows runs until the next stop, and so do the nodes the first `pulumi up` launches "
-                   f"outside a window")
+    slurm = spec.scheduler == "slurm"
+    out += _schedule_notes(spec)
     out += _idle_stop_notes(spec)
     if spec.budget.stop_at_pct is not None:
-        hold = (" and a second action attaches a Deny of ec2:StartInstances to the schedules' role, so the run "
-                "windows do not start them again; reverse both actions in the AWS Budgets console once the budget "
-                "allows, and before removing stop_at_pct (IAM refuses to delete the Deny while it is attached to the "
-                "role that stays)" if spec.schedule is not None else "; nothing starts them again: start them by hand once "
+        starter = ("the Slurm head node's role, so Slurm's resume program" if slurm else
+                   "the schedules' role, so the run windows" if spec.schedule is not None else None)
+        hold = (f" and a second action attaches a Deny of ec2:StartInstances to {starter} does not start them again "
+                f"(a pending job's node is set DOWN with the reason); reverse both actions in the AWS Budgets console "
+                f"once the budget allows, and before removing stop_at_pct (IAM refuses to delete the Deny while it is "
+                f"attached to a role that stays)" if starter else "; nothing starts them again: start them by hand once "
                 "the budget allows")
         out.append(f"budget.stop_at_pct={spec.budget.stop_at_pct}: an AWS Budgets action runs the AWS-StopEC2Instance "
                    f"automation on {what} when actual spend reaches {spec.budget.stop_at_pct} % of "

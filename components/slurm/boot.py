@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import Optional
 
 from components.cloudinit import BootConfig, DataDisk, LustreMount
-from components.slurm import jobs, scripts
+from components.slurm import jobs, power, scripts
 from components.slurm.clouds import ops
-from components.slurm.conf import SlurmCluster, cgroup_conf, gres_conf, slurm_conf
+from components.slurm.conf import SLURM_UID, SlurmCluster, cgroup_conf, gres_conf, slurm_conf
 
 HEAD_PACKAGES = ("slurmctld", "slurm-client", "munge", "iptables")
 NODE_PACKAGES = ("slurmd", "slurm-client", "munge", "fio", "iptables")
@@ -37,6 +37,8 @@ RECHECK_SERVICE = "gpu-cluster-health-recheck.service"
 RECHECK_TIMER = "gpu-cluster-health-recheck.timer"
 WATCH_SERVICE = "gpu-cluster-gpu-watch.service"
 WATCH_TIMER = "gpu-cluster-gpu-watch.timer"
+WINDOW_SERVICE = "gpu-cluster-slurm-window.service"
+WINDOW_TIMER = "gpu-cluster-slurm-window.timer"
 WATCH_EVERY_MIN = 5
 """How often `node-health --watch` looks at the GPUs between full checks (two nvidia-smi queries)."""
 RECHECK_FIRST_MIN = 30
@@ -147,6 +149,28 @@ WantedBy=timers.target
 """
 
 
+_WINDOW_UNIT = """[Unit]
+Description=Keep the Slurm partition to the run windows (gpu-cluster)
+After=slurmctld.service
+Requires=slurmctld.service
+
+[Service]
+Type=oneshot
+ExecStart={exec}
+"""
+_WINDOW_TIMER_UNIT = """[Unit]
+Description=Keep the Slurm partition to the run windows, every minute (gpu-cluster)
+
+[Timer]
+OnBootSec=1min
+OnUnitActiveSec={every}s
+AccuracySec=5s
+
+[Install]
+WantedBy=timers.target
+"""
+
+
 _WATCH_UNIT = """[Unit]
 Description=Watch the GPUs between health checks (gpu-cluster)
 After={setup} slurmd.service
@@ -171,8 +195,11 @@ def _file(path: str, content: str, mode: str = "0644") -> dict:
     return {"path": path, "permissions": mode, "owner": "root:root", "content": content, "defer": True}
 
 
-def _guard_files(c: SlurmCluster) -> list[dict]:
-    return [_file(f"{c.paths.bin}/metadata-guard", scripts.metadata_guard_script(c), "0755"),
+def _guard_files(c: SlurmCluster, head: bool = False) -> list[dict]:
+    """The metadata guard. On the head node, where no job runs, SlurmUser reaches the metadata service too:
+    slurmctld runs the power programs, which call the cloud with the head node's role, as SlurmUser."""
+    uids = (0, SLURM_UID) if head and c.power_saving else (0,)
+    return [_file(f"{c.paths.bin}/metadata-guard", scripts.metadata_guard_script(c, uids), "0755"),
             _file(f"{SYSTEMD}/{GUARD_UNIT}", _GUARD_UNIT.format(exec=f"{c.paths.bin}/metadata-guard"))]
 
 
@@ -268,9 +295,24 @@ def head_files(c: SlurmCluster) -> tuple[dict, ...]:
             description="Prepare slurmctld", before="slurmctld.service", exec=f"{b}/head-setup")),
         _file(f"{SYSTEMD}/slurmctld.service.d/gpu-cluster.conf",
               _SLURMCTLD_DROPIN.format(setup=HEAD_SETUP_UNIT, guard=GUARD_UNIT)),
-        *_guard_files(c),
+        *_guard_files(c, head=True),
+        *_power_files(c),
         *_job_files(c),
     )
+
+
+def _power_files(c: SlurmCluster) -> list[dict]:
+    """Slurm power saving on the head node: the resume and suspend programs, and the run windows' timer."""
+    if not c.power_saving:
+        return []
+    b = c.paths.bin
+    files = [_file(f"{b}/slurm-resume", power.power_script(c, "resume"), "0755"),
+             _file(f"{b}/slurm-suspend", power.power_script(c, "suspend"), "0755")]
+    if c.windows:
+        files += [_file(f"{b}/slurm-window", power.window_script(c), "0755"),
+                  _file(f"{SYSTEMD}/{WINDOW_SERVICE}", _WINDOW_UNIT.format(exec=f"{b}/slurm-window")),
+                  _file(f"{SYSTEMD}/{WINDOW_TIMER}", _WINDOW_TIMER_UNIT.format(every=power.WINDOW_EVERY_S))]
+    return files
 
 
 def head_boot_config(c: SlurmCluster, *, lustre: Optional[LustreMount] = None, data_disk: Optional[DataDisk] = None,
@@ -291,7 +333,8 @@ def head_boot_config(c: SlurmCluster, *, lustre: Optional[LustreMount] = None, d
         commands=(("systemctl", "daemon-reload"),
                   ("systemctl", "enable", "--now", GUARD_UNIT),
                   ("systemctl", "enable", "--now", HEAD_SETUP_UNIT),
-                  ("systemctl", "enable", "--now", "slurmctld.service")),
+                  ("systemctl", "enable", "--now", "slurmctld.service"),
+                  *((("systemctl", "enable", "--now", WINDOW_TIMER),) if c.power_saving and c.windows else ())),
         hostname=c.head_name,
     )
 

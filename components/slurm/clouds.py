@@ -67,6 +67,14 @@ class CloudOps:
     """Prints temporary credentials of the jobs' own role (JOB_ROLE) as JSON with AccessKeyId,
     SecretAccessKey, SessionToken and Expiration; None: this cloud gives jobs no role of their own
     (they reach nothing in the cloud that the stack grants)."""
+    instance_lookup: tuple[str, ...] | None = None
+    """Prints one line per GPU node instance of the cluster (CLUSTER) that is not terminated: its index (the
+    gpu-cluster:node tag) and its instance id, separated by white space. None: Slurm does not start or stop this
+    cloud's nodes (no power saving)."""
+    instance_start: tuple[str, ...] | None = None
+    """Starts the instances in the array INSTANCE_IDS."""
+    instance_stop: tuple[str, ...] | None = None
+    """Stops the instances in the array INSTANCE_IDS."""
     head_packages: tuple[str, ...] = ()
     node_packages: tuple[str, ...] = ()
     cli_setup: tuple[tuple[str, ...], ...] = ()
@@ -104,6 +112,19 @@ AWS = CloudOps(
     job_credentials=("aws", "sts", "assume-role", "--region", "$REGION", "--role-arn", "$JOB_ROLE",
                      "--role-session-name", "$SESSION_NAME", "--duration-seconds", "$DURATION_S",
                      "--query", "Credentials", "--output", "json"),
+    # Slurm power saving on the head node (components/slurm/power.py). DescribeInstances filters tag:<key>,
+    # tag-key and instance-state-name (pending | running | shutting-down | terminated | stopping | stopped);
+    # StartInstances / StopInstances take the ids (EC2 API reference). A terminated instance is left out: it
+    # cannot be started, and `pulumi up` creates the node again.
+    instance_lookup=("aws", "ec2", "describe-instances", "--region", "$REGION",
+                     "--filters", "$CLUSTER_FILTER", "Name=tag-key,Values=gpu-cluster:node",
+                     "Name=instance-state-name,Values=pending,running,stopping,stopped",
+                     "--query", "Reservations[].Instances[].[Tags[?Key=='gpu-cluster:node']|[0].Value,InstanceId]",
+                     "--output", "text"),
+    instance_start=("aws", "ec2", "start-instances", "--region", "$REGION", "--instance-ids", "$INSTANCE_IDS[@]",
+                    "--output", "text"),
+    instance_stop=("aws", "ec2", "stop-instances", "--region", "$REGION", "--instance-ids", "$INSTANCE_IDS[@]",
+                   "--output", "text"),
     # Ubuntu 24.04 has no awscli package; where the image carries no `aws`, the AWS CLI v2 snap AWS
     # documents ("sudo snap install aws-cli --classic": AWS CLI user guide, "Installing or updating to
     # the latest version of the AWS CLI", Snap package) — Ubuntu server images ship snapd. snapd refuses

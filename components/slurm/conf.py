@@ -30,11 +30,23 @@ from components.spec import Purchase, node_is_spot
 SLURMCTLD_PORT = 6817
 SLURMD_PORT = 6818
 SLURM_USER = "slurm"
+SLURM_UID = 64030
 """Debian's and Ubuntu's packages create it with the fixed uid 64030 (slurm-wlm-basic-plugins
 preinst: `adduser --system --group --uid 64030 ... slurm`), so it is the same user on every node."""
 DEFAULT_STATE_DIR = "/data/slurm/state"
 """slurmctld's StateSaveLocation: on the head node's persistent (snapshotted) data disk."""
 HEALTH_CHECK_INTERVAL_S = 300
+RESUME_TIMEOUT_S = 1800
+"""ResumeTimeout: a GPU node's start is an EC2 start, the boot, the driver and fabric manager, and node-setup's
+health check (fio included) before slurmd registers; Slurm sets a node that takes longer DOWN and requeues its
+jobs (slurm.conf(5), ResumeTimeout). 30 minutes, as Azure CycleCloud's Slurm integration sets it (its slurm.conf:
+ResumeTimeout=1800, SuspendTimeout=600), and node-setup's longest own wait (the munge key, MUNGE_WAIT_S) is as long."""
+SUSPEND_TIMEOUT_S = 600
+"""SuspendTimeout: how long a stop may take before Slurm may resume the node again. An EC2 stop of a large GPU
+instance takes minutes; the resume program also waits for a node still stopping (components/slurm/power.py)."""
+POWER_SAVE_MIN_INTERVAL_S = 30
+"""power_save_min_interval, as ParallelCluster sets it (aws/aws-parallelcluster-cookbook
+templates/default/slurm/slurm.conf.erb: SlurmctldParameters=idle_on_node_suspend,power_save_min_interval=30)."""
 REAL_MEMORY_FRACTION = 0.90
 """RealMemory as a fraction of the shape's marketed memory. slurm.conf(5): RealMemory "default value
 is 1" (MB); a node registering less than it is set INVAL ("Low RealMemory"), CLOUD nodes in Slurm 23.11
@@ -86,6 +98,12 @@ class Paths:
         return f"{self.state}/health-reboot"
 
     @property
+    def health_replace_file(self) -> str:
+        """Written by health-recheck before it powers a node that failed after its reboot down to be replaced
+        (stopped, then started on other hardware); removed once a check passes."""
+        return f"{self.state}/health-replace"
+
+    @property
     def job_credentials_file(self) -> str:
         """The jobs' role's temporary credentials, as a credential_process answer (0644)."""
         return f"{self.state}/job-credentials.json"
@@ -127,6 +145,13 @@ class SlurmCluster:
     nodes renew the credentials (components/slurm/scripts.py job-credentials)."""
     job_role: str = ""
     """That role's id for the GPU nodes' boot (AWS: its ARN); the head node's files do not need it."""
+    suspend_after_s: int | None = None
+    """Slurm power saving's SuspendTime: a node with no job for this long is stopped (spec idle_stop.for_minutes
+    under Slurm). None: never for idleness; the power programs still exist wherever the cloud has them, for run
+    windows and for replacing a failed node (stop, then start on other hardware)."""
+    windows: tuple[str, ...] = ()
+    """Run windows (spec schedule.windows): outside them the partition is DOWN and the nodes are powered down."""
+    timezone: str = "UTC"
     metric_namespace: str = "GpuCluster"
     metric_name: str = "NodeHealthy"
     paths: Paths = field(default_factory=Paths)
@@ -138,6 +163,12 @@ class SlurmCluster:
             raise ValueError(f"shape {self.shape.type} is a {self.shape.cloud} shape, not {self.cloud}")
         if not self.head_address or any(c.isspace() or c in "(),=" for c in self.head_address):
             raise ValueError(f"head_address must be an IP or host name, got {self.head_address!r}")
+
+    @property
+    def power_saving(self) -> bool:
+        """Slurm starts and stops the GPU nodes itself (ResumeProgram / SuspendProgram): on every cloud whose
+        boot commands can start and stop an instance."""
+        return ops(self.cloud).instance_start is not None
 
     @property
     def head_name(self) -> str:
@@ -226,7 +257,10 @@ def slurm_conf(c: SlurmCluster) -> str:
         # cloud_reg_addrs: NodeAddr from the node's registration. Slurm 23.11 (Ubuntu 24.04) made that
         # the default and logs the option as defunct at start, harmlessly; 22.05 (Debian 12, which
         # `make slurm-check` runs) needs it.
-        ("SlurmctldParameters", "enable_configless,cloud_reg_addrs"),
+        # With power saving: idle_on_node_suspend marks a suspended node idle "regardless of current state" (a
+        # drained node powered down to be replaced can be resumed later); power_save_min_interval as ParallelCluster.
+        ("SlurmctldParameters", "enable_configless,cloud_reg_addrs"
+         + (f",idle_on_node_suspend,power_save_min_interval={POWER_SAVE_MIN_INTERVAL_S}" if c.power_saving else "")),
         ("TreeWidth", 65533),
         # Slurm up to 23.02 hides CLOUD nodes that have not registered yet from scontrol and sinfo
         # "even for SlurmUser and root" without it, and the health gate must drain a node before it
@@ -258,6 +292,8 @@ def slurm_conf(c: SlurmCluster) -> str:
     ]
     if c.job_credentials:
         head.append(("TaskProlog", f"{c.paths.bin}/task-prolog"))
+    if c.power_saving:
+        head += _power_lines(c)
     out = ["# Written by gpu-cluster (components/slurm). Served to the GPU nodes by configless slurmctld.\n",
            _lines(head)]
     spot = set(c.spot_indices)
@@ -269,10 +305,39 @@ def slurm_conf(c: SlurmCluster) -> str:
             ("NodeName", f"{hostlist(c.name + '-node-', idx)} CPUs={c.shape.vcpu} RealMemory={c.real_memory_mib} "
                          f"Gres={c.gres} State=CLOUD Features={c.shape.type},{market}"),
         ]))
+    suspend = ""
+    if c.power_saving:
+        # The partition's SuspendTime wins over the cluster's for its nodes; INFINITE: "will disable suspending
+        # of nodes in this partition" (slurm.conf(5), PartitionName / SuspendTime).
+        suspend = f" SuspendTime={c.suspend_after_s if c.suspend_after_s else 'INFINITE'}"
     out.append(_lines([
-        ("PartitionName", f"{c.name} Nodes={c.node_hostlist} Default=YES MaxTime=INFINITE State=UP"),
+        ("PartitionName", f"{c.name} Nodes={c.node_hostlist} Default=YES MaxTime=INFINITE State=UP{suspend}"),
     ]))
     return "".join(out)
+
+
+def _power_lines(c: SlurmCluster) -> list[tuple[str, object]]:
+    """Slurm power saving (slurm.conf(5); Slurm's "Power Saving Guide", slurm.schedmd.com/power_save.html):
+    slurmctld runs the suspend program on nodes idle for SuspendTime and the resume program on powered-down
+    nodes that jobs were given, each with the nodes as a hostlist, as SlurmUser."""
+    b = c.paths.bin
+    return [
+        ("SuspendProgram", f"{b}/slurm-suspend"),
+        ("ResumeProgram", f"{b}/slurm-resume"),
+        # A node that did not register within ResumeTimeout is set DOWN and its jobs requeued; it is stopped
+        # again rather than left running unused, as ParallelCluster does (ResumeFailProgram=slurm_suspend).
+        ("ResumeFailProgram", f"{b}/slurm-suspend"),
+        ("ResumeTimeout", RESUME_TIMEOUT_S),
+        ("SuspendTimeout", SUSPEND_TIMEOUT_S),
+        ("ResumeRate", 0),
+        ("SuspendRate", 0),
+        # Power saving is on once any SuspendTime is not INFINITE (slurm.conf(5)); the partition line says
+        # whether idle nodes of this cluster are suspended (its SuspendTime wins). A node is never powered down
+        # for idleness when the partition says INFINITE; the window and the replacement power them down by name.
+        ("SuspendTime", c.suspend_after_s or RESUME_TIMEOUT_S),
+        # Partition state (UP / DOWN, set by the run window) survives `scontrol reconfigure`.
+        ("ReconfigFlags", "KeepPartState"),
+    ]
 
 
 def gres_conf(c: SlurmCluster) -> str:
@@ -302,4 +367,7 @@ def from_spec(cluster, head_address: str, munge_secret_id: str, **overrides) -> 
         scratch=spec.storage.scratch in ("nvme", "disk"), lustre=spec.storage.lustre is not None,
         data_disk=spec.storage.data_disk_gb > 0,
         job_credentials=spec.storage.checkpoint_bucket and ops(spec.cloud).job_credentials is not None,
+        suspend_after_s=spec.idle_stop.for_minutes * 60 if spec.idle_stop is not None else None,
+        windows=tuple(spec.schedule.windows) if spec.schedule is not None else (),
+        timezone=spec.schedule.timezone if spec.schedule is not None else "UTC",
         **overrides)

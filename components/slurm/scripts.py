@@ -49,6 +49,9 @@ MOUNT_WAIT_S = DATA_WAIT_SECONDS + 120
 cloudinit.DATA_WAIT_SECONDS for its disk, under a TimeoutStartSec a minute longer), so /data is never
 given up on first."""
 POLL_S = 5
+JOB_END_WAIT_S = 120
+"""How long health-recheck waits for requeued jobs to leave a failing node before it resets it (Slurm's KillWait,
+30 s by default, then the epilog)."""
 """How often the boot scripts look again while they wait (mounts, the fabric manager)."""
 FABRIC_MANAGER_WAIT_S = 180
 """How long the health check waits for nvidia-fabricmanager while it is still `activating` at boot
@@ -274,6 +277,7 @@ finish() {
   mkdir -p "$(dirname "$STATUS_FILE")"
   if [ "${#failures[@]}" -eq 0 ]; then
     printf 'PASS\n' > "$STATUS_FILE.tmp"
+    rm -f "$REBOOT_MARK" "$REPLACE_MARK"  # health-recheck's reboot and replacement start over
     METRIC_VALUE=1
   else
     reason=$(printf '%s; ' "${failures[@]}")
@@ -492,6 +496,7 @@ def node_health_script(c: SlurmCluster) -> str:
         "CLUSTER_NAME": c.name, "REGION": c.region,
         "NODE_NAME_FILE": c.paths.node_name_file, "STATUS_FILE": c.paths.health_status_file,
         "HEALTH_GATE": f"{c.paths.bin}/health-gate",
+        "REBOOT_MARK": c.paths.health_reboot_file, "REPLACE_MARK": c.paths.health_replace_file,
         "EXPECTED_GPUS": shape.gpu_count, "GPU_MODEL": shape.gpu,
         "GPU_MEM_MIN_MIB": int(shape.gpu_mem_gib * 1024 * gpu_mem_min_fraction()),
         "NVLINK": int(f.nvlink), "NVLINK_LINKS": "" if f.nvlink_links_per_gpu is None else f.nvlink_links_per_gpu,
@@ -578,7 +583,6 @@ fi
 # it passes. Slurm never places a job on a drained node, so no job can do this.
 result=$(sed -n 1p "$STATUS_FILE" 2>/dev/null || true)
 if [ "$result" = PASS ]; then
-  rm -f "$REBOOT_MARK"
   exit 0
 fi
 # A fabric manager that failed at boot stays failed (systemd does not restart it): once more.
@@ -591,28 +595,38 @@ if "$BIN/node-health" --drain; then
   exit 0
 fi
 echo "health-recheck: the health check still fails (see $STATUS_FILE); the node stays drained" >&2
-# One reboot per failure: it resets the GPUs, which clears much of what fails a GPU node (a GPU off the
-# bus, uncorrectable ECC errors, a wedged fabric manager). Only once no job runs on the node (a drained
-# node lets its jobs end) and only for our own drain. A node that fails again after it stays drained,
-# for a person to replace (its alarm has fired).
-if [ -e "$REBOOT_MARK" ]; then
-  echo "health-recheck: it failed after its reboot ($(cat "$REBOOT_MARK")) too: replace the node" >&2
-  exit 0
-fi
+# Only for our own drain. The node is reset: its jobs are requeued (JobRequeue=1), then it is rebooted once,
+# which clears much of what fails a GPU node (a GPU off the bus, uncorrectable ECC errors, a wedged fabric
+# manager); if it fails again, Slurm powers it down (the cloud stops it) and starts it on other hardware when a
+# job needs it (POWER_SAVING=1); if it fails even then, it stays drained for a person (its alarm has fired).
 NODE_NAME=$(cat "$NODE_NAME_FILE" 2>/dev/null || true)
 node=$(scontrol show node "$NODE_NAME" -o 2>/dev/null) || exit 0
-state=$(printf '%s\n' "$node" | sed -n 's/.* State=\([^ ]*\).*/\1/p')
-reason=$(node_reason "$node")
-case "+$state+" in
-  *+ALLOCATED+*|*+MIXED+*|*+COMPLETING+*)
-    echo "health-recheck: jobs still run on $NODE_NAME; it reboots once they have ended"
-    exit 0 ;;
-esac
-case "$reason" in
+case "$(node_reason "$node")" in
   "$REASON_PREFIX"*) ;;
   *) exit 0 ;;
 esac
+# A one-time spot node cannot be stopped (EC2 stops only persistent spot requests), so it is never powered down.
+case "$node" in *AvailableFeatures=*spot*) POWER_SAVING=0 ;; esac
+if [ -e "$REBOOT_MARK" ] && { [ "$POWER_SAVING" != 1 ] || [ -e "$REPLACE_MARK" ]; }; then
+  echo "health-recheck: it failed after its reboot and replacement too: left drained; replace it (pulumi up --replace)" >&2
+  exit 0
+fi
+jobs=$(squeue -h -w "$NODE_NAME" -o %i | paste -sd, -)
+if [ -n "$jobs" ]; then
+  echo "health-recheck: requeueing the jobs on $NODE_NAME: $jobs"
+  scontrol requeue "$jobs" || echo "health-recheck: could not requeue every job of $jobs" >&2
+fi
+for ((i = 0; i * POLL_S < JOB_END_WAIT_S; i++)); do
+  [ -z "$(squeue -h -w "$NODE_NAME" -o %i)" ] && break
+  sleep "$POLL_S"
+done
 mkdir -p "$(dirname "$REBOOT_MARK")"
+if [ -e "$REBOOT_MARK" ]; then
+  date -u +%Y-%m-%dT%H:%M:%SZ > "$REPLACE_MARK"
+  echo "health-recheck: it failed after its reboot ($(cat "$REBOOT_MARK")): powering $NODE_NAME down to be replaced"
+  scontrol update nodename="$NODE_NAME" state=power_down_force
+  exit 0
+fi
 date -u +%Y-%m-%dT%H:%M:%SZ > "$REBOOT_MARK"
 echo "health-recheck: rebooting $NODE_NAME once to reset its GPUs"
 systemctl reboot
@@ -625,7 +639,8 @@ def health_recheck_script(c: SlurmCluster) -> str:
     return _script("Join again after a failed setup; re-run a failed GPU node health check", {
         "BIN": c.paths.bin, "STATUS_FILE": c.paths.health_status_file, "SETUP_UNIT": NODE_SETUP_UNIT,
         "NODE_NAME_FILE": c.paths.node_name_file, "REBOOT_MARK": c.paths.health_reboot_file,
-        "REASON_PREFIX": HEALTH_REASON_PREFIX,
+        "REPLACE_MARK": c.paths.health_replace_file, "REASON_PREFIX": HEALTH_REASON_PREFIX,
+        "POWER_SAVING": int(c.power_saving), "POLL_S": POLL_S, "JOB_END_WAIT_S": JOB_END_WAIT_S,
         "FABRIC_MANAGER": int(fabric(c.cloud, c.shape.type).fabric_manager),
     }, _RECHECK_BODY, [FM_STATE_FUNCTION, NODE_REASON_FUNCTION])
 
@@ -678,7 +693,9 @@ _GUARD_BODY = r'''
 export PATH="${PATH:+$PATH:}/usr/sbin:/usr/bin:/sbin:/bin"
 iptables -w -N "$CHAIN" 2>/dev/null || true
 iptables -w -F "$CHAIN"
-iptables -w -A "$CHAIN" -m owner --uid-owner 0 -j RETURN
+for uid in "${ALLOWED_UIDS[@]}"; do
+  iptables -w -A "$CHAIN" -m owner --uid-owner "$uid" -j RETURN
+done
 iptables -w -A "$CHAIN" -j REJECT
 if ! iptables -w -C OUTPUT -d "$METADATA_IP/32" -j "$CHAIN" 2>/dev/null; then
   iptables -w -I OUTPUT 1 -d "$METADATA_IP/32" -j "$CHAIN"
@@ -687,17 +704,17 @@ if ! iptables -w -C OUTPUT -d "$METADATA_IP/32" -j "$CHAIN"; then
   echo "metadata-guard: the rule sending $METADATA_IP to $CHAIN is not in OUTPUT" >&2
   exit 1
 fi
-echo "metadata-guard: the metadata service ($METADATA_IP) is closed to every user but root"
+echo "metadata-guard: the metadata service ($METADATA_IP) is closed to every user but uid ${ALLOWED_UIDS[*]}"
 '''
 
 
-def metadata_guard_script(c: SlurmCluster) -> str:
-    """Closes the metadata service to every user but root, before slurmd or slurmctld starts and on
-    every boot (the owner-match rule AWS ParallelCluster applies with Imds Secured, its default:
-    ParallelCluster user guide, HeadNode section, Imds / Secured)."""
+def metadata_guard_script(c: SlurmCluster, uids: Sequence[int] = (0,)) -> str:
+    """Closes the metadata service to every user but root (and, on the head node, SlurmUser), before slurmd
+    or slurmctld starts and on every boot (the owner-match rule AWS ParallelCluster applies with Imds
+    Secured, its default: ParallelCluster user guide, HeadNode section, Imds / Secured)."""
     return _script("Close the metadata service to every user but root", {
         "CHAIN": METADATA_GUARD_CHAIN, "METADATA_IP": ops(c.cloud).metadata_ipv4,
-    }, _GUARD_BODY)
+    }, _GUARD_BODY, [shell.array("ALLOWED_UIDS", [str(u) for u in uids])])
 
 
 _JOB_CREDENTIALS_BODY = r'''

@@ -1,7 +1,8 @@
 """Turning data into bash without string surgery.
 
 A command is a tuple of tokens. A token that is exactly `$NAME` (NAME = [A-Z_][A-Z0-9_]*) becomes
-the quoted expansion "${NAME}" of a variable the script defines; every other token is quoted with
+the quoted expansion "${NAME}" of a variable the script defines, `$NAME[@]` the quoted expansion of every
+element of an array, "${NAME[@]}" (one word each); every other token is quoted with
 shlex.quote. Variable definitions are `NAME=<shlex.quote(value)>` lines. Nothing else is pasted
 into a script, so no value can break out of its word.
 """
@@ -12,13 +13,13 @@ import re
 import shlex
 from typing import Iterable, Mapping, Sequence, Union
 
-_VAR = re.compile(r"^\$([A-Z_][A-Z0-9_]*)$")
+_VAR = re.compile(r"^\$([A-Z_][A-Z0-9_]*)(\[@\])?$")
 Value = Union[str, int, float]
 
 
 def word(token: str) -> str:
     m = _VAR.match(token)
-    return f'"${{{m.group(1)}}}"' if m else shlex.quote(token)
+    return f'"${{{m.group(1)}{m.group(2) or ""}}}"' if m else shlex.quote(token)
 
 
 def command(tokens: Sequence[str]) -> str:

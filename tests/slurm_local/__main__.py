@@ -14,11 +14,22 @@ What it does, in order (each step prints PASS/FAIL; the first failure stops the 
   5. Runs the generated node-setup (identity from stub instance metadata, munge key, health check
      against stub nvidia-smi / fi_info / sysfs, real fio), then slurmd with the SLURMD_OPTIONS
      node-setup wrote (configless, from slurmctld).
-  6. Checks: the node registers idle with gpu:h100:8 and the address it registered from; the
-     torchrun and NCCL jobs run via sbatch; the node-health job drains the node with the reason when
-     nvidia-smi shows 7 GPUs; the boot path (slurmd's HealthCheckProgram) drains and resumes it;
-     a spot notice sets it DOWN and its running job is requeued; a restarted slurmd returns it.
-  7. Stops every daemon it started and removes the temporary directory.
+  6. Checks: the node registers idle with gpu:h100:8 and the address it registered from; a job running
+     as a non-root user cannot read the munge key; the torchrun and NCCL jobs run via sbatch; the
+     node-health job drains the node with the reason when nvidia-smi shows 7 GPUs; the boot path
+     (slurmd's HealthCheckProgram) drains and resumes it; a spot notice sets it DOWN and its running job
+     is requeued; a restarted slurmd returns it.
+  7. Slurm power saving, with the harness playing EC2 (the generated slurm-resume / slurm-suspend call the
+     stub `aws ec2`; a stop stops slurmd, a start starts it): outside the run window the partition goes
+     DOWN and the node is powered down; inside it a pending job resumes the node and runs (resume); an
+     idle node is suspended after SuspendTime (suspend); a node that loses a GPU under a running job is
+     drained, its job requeued, rebooted once, then powered down and started again on "new hardware",
+     and the requeued job runs there (replace and requeue).
+  8. Stops every daemon it started and removes the temporary directory.
+
+Localized for speed, and said where: real fio runs once (the boot check), later checks get a stub fio;
+the power-save timings (SuspendTime, SuspendTimeout, power_save_min_interval) are seconds here; a requeued
+job's begin time (Slurm holds a requeued batch job about two minutes) is set to now.
 """
 
 from __future__ import annotations
@@ -31,11 +42,12 @@ import socket
 import subprocess
 import sys
 import tempfile
+import dataclasses
 import time
 from pathlib import Path
 
-from components import catalog
-from components.slurm import SlurmCluster, boot
+from components import catalog, run_windows
+from components.slurm import SlurmCluster, boot, power
 from components.slurm.conf import Paths, cgroup_conf, gres_conf, slurm_conf
 from tests.slurm_local.stubs import stub_env, write_state, write_stubs
 
@@ -44,6 +56,10 @@ COMMANDS = ("slurmctld", "slurmd", "sbatch", "scontrol", "munged", "fio")
 SHAPE = ("aws", "p5.48xlarge")
 STEP_TIMEOUT_S = 90
 SETUP_TIMEOUT_S = 30
+SUSPEND_TIMEOUT_S = 3
+IDLE_SUSPEND_S = 5
+INSTANCE_ID = "i-0123456789abcdef0"
+ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE")
 
 
 class Failure(Exception):
@@ -102,6 +118,14 @@ def localize(conf: str, root: Path, hostname: str, cpus: int) -> str:
         (r"^SlurmdSpoolDir=/", f"SlurmdSpoolDir={root}/"),
         (r"^(Slurmctld|Slurmd)PidFile=/", rf"\1PidFile={root}/"),
         (r"^(Slurmctld|Slurmd)LogFile=/", rf"\1LogFile={root}/"),
+        # slurmctld runs the power programs as SlurmUser with no environment of ours: through a wrapper
+        # that gives them the stubs (the harness's EC2).
+        (r"^(Resume|Suspend|ResumeFail)Program=(.*)$", rf"\1Program={root}/power-env/\1"),
+        (r"power_save_min_interval=\d+", "power_save_min_interval=0,power_save_interval=1"),
+        # Pending jobs are looked at every 2 s instead of Slurm's default minute (sched_interval=60), so a
+        # requeued job whose begin time passed starts at once.
+        (r"^(JobRequeue=1)$", "\\1\nSchedulerParameters=sched_interval=2"),
+        (r"^SuspendTimeout=\d+$", f"SuspendTimeout={SUSPEND_TIMEOUT_S}"),
     ]
     out = conf
     for pattern, repl in swaps:
@@ -141,10 +165,14 @@ class Harness:
         shape = catalog.shape(*SHAPE)
         self.cluster = SlurmCluster(
             name="local", cloud=SHAPE[0], region="us-east-1", shape=shape, nodes=1,
-            head_address="127.0.0.1", munge_secret_id="local-munge-key", purchase="spot",
+            head_address="127.0.0.1", munge_secret_id="local-munge-key", purchase="on_demand",
             scratch=True, lustre=True, data_disk=True,
             state_dir=f"{self.paths.data}/slurm/state", paths=self.paths,
-            job_credentials=True, job_role="arn:aws:iam::123456789012:role/local-compute-job-role")
+            job_credentials=True, job_role="arn:aws:iam::123456789012:role/local-compute-job-role",
+            suspend_after_s=3600, windows=("Mon-Fri 08:00-20:00",), timezone="UTC")
+        self.ec2_seen = 0
+        self.slurmd_cmd: list[str] = []
+        self.slurmd_env: dict = {}
         # munged on its default socket: a configless slurmd asks munge for a credential before it
         # has fetched slurm.conf, so it cannot be pointed at another socket (AuthInfo).
         self.munge_socket = Path("/run/munge/munge.socket.2")
@@ -174,8 +202,10 @@ class Harness:
         """The head node's files (the GPU node's come later: both have a bin/munge-key)."""
         c, root = self.cluster, self.root
         written = self.write_files(boot.head_files(c))
+        generated = slurm_conf(c)
         Path(self.paths.slurm_etc, "slurm.conf").write_text(
-            localize(slurm_conf(c), root, self.hostname, os.cpu_count() or 1))
+            localize(generated, root, self.hostname, os.cpu_count() or 1))
+        self.write_power_wrappers(generated)
         Path(self.paths.slurm_etc, "gres.conf").write_text(localize_gres(gres_conf(c), root))
         Path(self.paths.slurm_etc, "cgroup.conf").write_text(localize_cgroup(cgroup_conf(c)))
         for d in ("dev", "var/spool/slurmd", "run", "var/log/slurm", "run/munge", "var/lib/munge", "var/log/munge"):
@@ -192,12 +222,60 @@ class Harness:
         (self.state / "metadata/spot").mkdir(parents=True, exist_ok=True)
         write_state(self.state, gpus=8, nvlinks=18, fabricmanager="active", busbw="480.5",
                     mounts=[self.paths.scratch, self.paths.lustre, self.paths.data], secret="")
-        (self.state / "metadata/instance-id").write_text("i-0123456789abcdef0")
+        (self.state / "metadata/instance-id").write_text(INSTANCE_ID)
+        (self.state / "instances").write_text(f"0\t{INSTANCE_ID}\n")
+        # The power programs run as SlurmUser and log their cloud calls here.
+        self.state.chmod(0o1777)
+        for log in ("aws.log", "ec2.log", "power.log"):
+            (self.state / log).touch()
+            (self.state / log).chmod(0o666)
         (self.state / "metadata/tags/instance/gpu-cluster:node").write_text("0")
         for d in ("run/munge", "var/lib/munge", "var/log/munge"):
             shutil.chown(root / d, "munge", "munge")
         Path(c.state_dir).mkdir(parents=True, exist_ok=True)
         check(written >= 9, f"wrote the {written} generated head node files under {root}")
+
+    def write_power_wrappers(self, conf: str) -> None:
+        """localize() points ResumeProgram, SuspendProgram and ResumeFailProgram at power-env/<kind>: each
+        runs the program the generated slurm.conf names, with the stubs on PATH."""
+        d = self.root / "power-env"
+        d.mkdir(exist_ok=True)
+        for kind, program in re.findall(r"^(Resume|Suspend|ResumeFail)Program=(.*)$", conf, flags=re.M):
+            w = d / kind
+            w.write_text(f"#!/bin/bash\nexport PATH={self.stub_bin}:/usr/sbin:/usr/bin:/sbin:/bin "
+                         f"STUB_STATE={self.state} SLURM_CONF={self.conf}\n"
+                         f"exec {program} \"$@\" >> {self.state}/power.log 2>&1\n")
+            w.chmod(0o755)
+        check(len(list(d.iterdir())) == 3, "slurm.conf names a resume, a suspend and a resume-fail program")
+
+    def stub_fio(self) -> None:
+        """Later health checks get a stub fio (the boot check ran the real one): a real run takes 20 s."""
+        shutil.copy(self.stub_bin / "fio-stub", self.stub_bin / "fio")
+
+    def play_ec2(self) -> None:
+        """The harness is EC2: a stop-instances of the node's instance stops slurmd, a start-instances starts it
+        (the instance boots: node-setup's result is what the last check left, and slurmd registers)."""
+        calls = (self.state / "ec2.log").read_text().splitlines()
+        for call in calls[self.ec2_seen:]:
+            action, _, ids = call.partition(" ")
+            if ids.split() != [INSTANCE_ID]:
+                raise Failure(f"the power program named {ids!r}, not the node's instance {INSTANCE_ID}")
+            if action == "stop":
+                self.stop("slurmd")
+            elif action == "start" and "slurmd" not in self.procs:
+                self.boot_slurmd()
+        self.ec2_seen = len(calls)
+
+    def boot_slurmd(self) -> None:
+        """slurmd as on an instance that has just booted: slurmctld takes a resumed node only once its boot time
+        is later than the resume request (slurm.conf(5), ResumeProgram: "a responding slurmd and an updated
+        BootTime"), so slurmd runs in a time namespace whose CLOCK_BOOTTIME starts now (unshare(1) --boottime)."""
+        time.sleep(2)  # so that the boot time, in whole seconds, is past the resume request's
+        uptime = int(float(Path("/proc/uptime").read_text().split()[0]))
+        self.start("slurmd", ["unshare", "--time", f"--boottime=-{uptime}", *self.slurmd_cmd], env=self.slurmd_env)
+
+    def ec2_calls(self) -> list[str]:
+        return (self.state / "ec2.log").read_text().splitlines()
 
     # -- daemons -----------------------------------------------------------------------------
     def start(self, name: str, cmd: list[str], env=None) -> None:
@@ -220,10 +298,12 @@ class Harness:
         path = self.root / f"{name}.out"
         return path.read_text()[-3000:] if path.exists() else ""
 
-    def wait_for(self, what: str, fn, timeout: float = STEP_TIMEOUT_S, interval: float = 1.0):
+    def wait_for(self, what: str, fn, timeout: float = STEP_TIMEOUT_S, interval: float = 0.5):
         deadline = time.monotonic() + timeout
         last = None
         while time.monotonic() < deadline:
+            if self.slurmd_cmd:
+                self.play_ec2()
             last = fn()
             if last:
                 return last
@@ -250,11 +330,16 @@ class Harness:
 
     def sbatch(self, job: str, *extra: str, wait: bool = True, env=None) -> tuple[int, str, str]:
         cmd = ["sbatch", "--parsable", *extra]
-        if wait:
-            cmd.append("--wait")
         cmd.append(f"{self.paths.jobs}/{job}" if not job.startswith("--") else job)
         r = run(cmd, env=env or self.env, check_rc=False, timeout=STEP_TIMEOUT_S)
         job_id = r.stdout.strip().split(";")[0]
+        if wait and r.returncode == 0:
+            # As `sbatch --wait` would, without its polling backoff (up to 10 s between looks).
+            state = self.wait_for(f"job {job_id} to end", lambda: (lambda st: st if st in ENDED else None)(self.job_state(job_id)),
+                                  interval=0.3)
+            code = re.search(r" ExitCode=(\d+):", run(["scontrol", "show", "job", job_id], env=self.env).stdout)
+            r = subprocess.CompletedProcess(cmd, 0 if state == "COMPLETED" else int(code.group(1)) if code and code.group(1) != "0" else 1,
+                                            r.stdout, r.stderr)
         output = ""
         out_file = Path(self.cluster.jobs_output_dir) / f"{job.split('.')[0]}-{job_id}.out"
         if out_file.exists():
@@ -314,21 +399,22 @@ class Harness:
         check("ok: metadata service closed to non-root users" in r.stdout and "ok: jobs' credentials valid for" in r.stdout,
               "the health check found the metadata service closed to a non-root user and the jobs' credentials valid")
         metrics = (self.state / "metrics.log").read_text()
-        check(f"NodeHealthy 1 ClusterName=local,NodeName={self.node},InstanceId=i-0123456789abcdef0" in metrics,
+        check(f"NodeHealthy 1 ClusterName=local,NodeName={self.node},InstanceId={INSTANCE_ID}" in metrics,
               "published NodeHealthy=1 with ClusterName/NodeName/InstanceId dimensions")
+        self.stub_fio()
 
         options = Path(self.paths.etc_default, "slurmd").read_text()
         m = re.fullmatch(r'SLURMD_OPTIONS="(.*)"\n', options)
         check(m is not None and "--conf-server 127.0.0.1:6817" in m.group(1), "SLURMD_OPTIONS: configless from the head", options)
         # slurmd runs configless: no -f; it fetches slurm.conf, gres.conf and cgroup.conf from slurmctld.
-        slurmd_env = {k: v for k, v in env.items() if k != "SLURM_CONF"}
+        slurmd_env = self.slurmd_env = {k: v for k, v in env.items() if k != "SLURM_CONF"}
         self.slurmd_cmd = ["slurmd", "-D", *m.group(1).split()]
         self.start("slurmd", self.slurmd_cmd, env=slurmd_env)
         self.wait_for("the node to register idle", self.node_idle)
         info = self.node_info()
         check(info.get("Gres") == "gpu:h100:8", "the node registered with Gres=gpu:h100:8", info.get("Gres", ""))
         check(info.get("NodeAddr") == "127.0.0.1", "cloud_reg_addrs set NodeAddr from the registration", info.get("NodeAddr", ""))
-        check("spot" in info.get("AvailableFeatures", ""), "the spot node carries the spot feature")
+        check("ondemand" in info.get("AvailableFeatures", ""), "the on-demand node carries the ondemand feature")
 
         # A job runs as its user with the jobs' AWS config from slurmd's TaskProlog, and cannot read the key.
         out_file = Path(c.jobs_output_dir, "as-nobody.out")
@@ -432,9 +518,97 @@ class Harness:
         # The replacement node boots (slurmd registers): ReturnToService=2 returns it; the job runs again.
         (self.state / "metadata/spot/instance-action").unlink()
         self.start("slurmd", self.slurmd_cmd, env=slurmd_env)
-        self.wait_for("the requeued job to run again", lambda: "JobState=RUNNING" in run(["scontrol", "show", "job", job], env=env).stdout,
-                      timeout=180)
+        self.skip_requeue_hold(job)
+        self.wait_for("the requeued job to run again", lambda: self.job_state(job) == "RUNNING")
         check(True, "the node returned to service on registration and the requeued job runs again")
+        run(["scancel", job], env=env, check_rc=False)
+        self.wait_for("the node to be idle", self.node_idle)
+        self.power_saving()
+
+    def job_state(self, job: str) -> str:
+        m = re.search(r"JobState=(\S+)", run(["scontrol", "show", "job", job], env=self.env).stdout)
+        return m.group(1) if m else ""
+
+    def skip_requeue_hold(self, job: str) -> None:
+        """Slurm holds a requeued batch job about two minutes (its EligibleTime); the harness sets it to now."""
+        run(["scontrol", "update", f"jobid={job}", "StartTime=now"], env=self.env)
+
+    def window_script(self, inside: bool) -> str:
+        """The generated slurm-window, for a window that holds this moment (every day, all day) or one that
+        does not (only a day other than today): the script is the same, only its windows differ."""
+        other = run_windows.DAYS[(time.gmtime().tm_wday + 3) % 7]
+        windows = ("Mon-Sun 00:00-24:00",) if inside else (f"{other} 00:00-24:00",)
+        path = self.root / f"slurm-window-{'inside' if inside else 'outside'}"
+        path.write_text(power.window_script(dataclasses.replace(self.cluster, windows=windows)))
+        path.chmod(0o755)
+        return str(path)
+
+    def power_saving(self) -> None:
+        """Slurm power saving with the generated programs; the harness plays EC2 (play_ec2)."""
+        env = self.env
+        check([f for f in Path(self.paths.bin).iterdir() if f.name in ("slurm-resume", "slurm-suspend")] != [],
+              "the head node's slurm-resume and slurm-suspend are installed")
+        # A run window closes: the partition goes DOWN and the idle node is powered down (the cloud stops it).
+        r = run([self.window_script(inside=False)], env=env, check_rc=False)
+        check(r.returncode == 0 and "partition" not in r.stderr, "slurm-window ran outside the window", r.stdout + r.stderr)
+        part = run(["scontrol", "show", "partition", "local", "-o"], env=env).stdout
+        check(" State=DOWN " in part, "outside the run window the partition is DOWN (jobs queue and wait)", part)
+        self.wait_for("the node to be powered down", lambda: "POWERED_DOWN" in self.node_state())
+        check(self.ec2_calls()[-1:] == [f"stop {INSTANCE_ID}"], "slurm-suspend stopped the node's instance",
+              str(self.ec2_calls()))
+        rc, job, _ = self.sbatch("--wrap=hostname", f"--output={self.root}/wrap-%j.out", wait=False)
+        time.sleep(2)
+        check(self.job_state(job) == "PENDING" and not self.ec2_calls()[-1].startswith("start"),
+              "a job submitted outside the window waits, and nothing starts the node")
+        # The window opens: the partition is UP; the pending job makes slurmctld resume the node.
+        run([self.window_script(inside=True)], env=env)
+        self.wait_for("the job to run on the resumed node", lambda: self.job_state(job) == "COMPLETED")
+        check(f"start {INSTANCE_ID}" in self.ec2_calls(), "resume: the pending job made slurm-resume start the "
+              "instance, the node registered and the job ran")
+        self.replace_and_requeue()
+        self.idle_suspend()
+
+    def idle_suspend(self) -> None:
+        """An idle node is suspended after SuspendTime (idle_stop.for_minutes), shortened to seconds here."""
+        self.wait_for("the node to be idle", self.node_idle)
+        self.conf.write_text(re.sub(r"SuspendTime=\d+", f"SuspendTime={IDLE_SUSPEND_S}", self.conf.read_text()))
+        run(["scontrol", "reconfigure"], env=self.env)
+        stops = self.ec2_calls().count(f"stop {INSTANCE_ID}")
+        self.wait_for("the idle node to be suspended", lambda: "POWERED_DOWN" in self.node_state()
+                      and self.ec2_calls().count(f"stop {INSTANCE_ID}") > stops)
+        check(True, f"suspend: slurmctld stopped the node after {IDLE_SUSPEND_S} s without a job (SuspendTime)")
+
+    def replace_and_requeue(self) -> None:
+        """A node that loses a GPU under a running job: drained, its job requeued, rebooted once, then powered
+        down and started again ("new hardware": 8 GPUs), where the requeued job runs."""
+        env, c = self.env, self.cluster
+        rc, job, _ = self.sbatch("--wrap=sleep 600", f"--output={self.root}/wrap-%j.out", wait=False)
+        self.wait_for("the job to run on the resumed node", lambda: self.job_state(job) == "RUNNING")
+        write_state(self.state, gpus=7)
+        run([f"{self.paths.bin}/node-health", "--watch"], env=env, check_rc=False, timeout=60)
+        info = self.wait_for("the GPU watch to drain the node", lambda: (lambda i: i if "DRAIN" in i.get("State", "") else None)(self.node_info()))
+        check("expected 8 GPUs, nvidia-smi lists 7" in info.get("Reason", ""), f"the watch drained the node: {info.get('Reason')}")
+        r = run([f"{self.paths.bin}/health-recheck"], env=env, check_rc=False, timeout=180)
+        job_info = run(["scontrol", "show", "job", job], env=env).stdout
+        check("Restarts=1" in job_info and f"requeueing the jobs on {self.node}: {job}" in r.stdout,
+              "health-recheck requeued the job on the failing node", r.stdout + r.stderr)
+        calls = (self.state / "systemctl.log").read_text().splitlines()
+        check(calls[-1:] == ["systemctl reboot"] and Path(c.paths.health_reboot_file).exists(),
+              "then rebooted the node once", r.stdout + r.stderr)
+        # After its reboot it still fails: powered down to be replaced (the cloud stops it; its next start
+        # lands on other hardware, which here has all 8 GPUs).
+        stops = self.ec2_calls().count(f"stop {INSTANCE_ID}")
+        r = run([f"{self.paths.bin}/health-recheck"], env=env, check_rc=False, timeout=180)
+        check("powering" in r.stdout and Path(c.paths.health_replace_file).exists(),
+              "failing after its reboot, health-recheck powered the node down to be replaced", r.stdout + r.stderr)
+        self.wait_for("the instance to be stopped", lambda: self.ec2_calls().count(f"stop {INSTANCE_ID}") > stops)
+        write_state(self.state, gpus=8)
+        run([f"{self.paths.bin}/node-health"], env=env, check_rc=False, timeout=120)
+        self.skip_requeue_hold(job)
+        starts = self.ec2_calls().count(f"start {INSTANCE_ID}")
+        self.wait_for("the requeued job to run on the replaced node", lambda: self.job_state(job) == "RUNNING")
+        check(self.ec2_calls().count(f"start {INSTANCE_ID}") > starts,
+              "replace and requeue: the requeued job resumed the node on new hardware and runs there")
         run(["scancel", job], env=env, check_rc=False)
 
     def check_metadata_guard(self) -> None:
@@ -484,7 +658,7 @@ def main() -> int:
                 log = h.daemon_log(name)
                 if log:
                     print(f"--- {name} output ---\n{log}", file=sys.stderr)
-            for f in sorted(Path(h.root, "var/log/slurm").glob("*.log")):
+            for f in [*sorted(Path(h.root, "var/log/slurm").glob("*.log")), h.state / "power.log"]:
                 print(f"--- {f} ---\n{f.read_text()[-3000:]}", file=sys.stderr)
         return 1
     finally:

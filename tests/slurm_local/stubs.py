@@ -35,6 +35,10 @@ if [[ "$*" == *ecc.errors.uncorrected.volatile.total* ]]; then
 fi
 for ((i = 0; i < gpus; i++)); do echo "$i, NVIDIA H100 80GB HBM3, 81559"; done
 ''',
+    # fio after the first, real run (Harness.stub_fio): the JSON fields the health check reads.
+    "fio-stub": r'''#!/bin/bash
+echo '{"jobs": [{"read": {"iops": 250000}}]}'
+''',
     "fi_info": r'''#!/bin/bash
 printf 'provider: efa\n    fabric: efa\n    domain: rdmap0s0-rdm\n    type: FI_EP_RDM\n'
 ''',
@@ -110,7 +114,10 @@ while [ $# -gt 0 ]; do
 done
 STUB_UID=$uid exec "$@"
 ''',
-    # aws secretsmanager get/put-secret-value, sts assume-role and cloudwatch put-metric-data.
+    # aws secretsmanager get/put-secret-value, sts assume-role, cloudwatch put-metric-data, and the ec2 calls of
+    # Slurm power saving: describe-instances answers from $STUB_STATE/instances ("<index> <instance id>" lines, as
+    # the generated --query prints them); start- and stop-instances are appended to $STUB_STATE/ec2.log, which
+    # the harness plays EC2 from (a stop stops slurmd, a start starts it).
     "aws": r'''#!/bin/bash
 set -euo pipefail
 echo "aws $*" >> "$STUB_STATE/aws.log"
@@ -128,6 +135,12 @@ case "$1 $2" in
       "$(date -u -d "+$(arg --duration-seconds "$@") seconds" +%Y-%m-%dT%H:%M:%S+00:00)" ;;
   "cloudwatch put-metric-data")
     echo "$(arg --metric-name "$@") $(arg --value "$@") $(arg --dimensions "$@")" >> "$STUB_STATE/metrics.log" ;;
+  "ec2 describe-instances")
+    [[ "$*" == *"--filters Name=tag:gpu-cluster:name,Values="*" Name=tag-key,Values=gpu-cluster:node "* ]] || { echo "stub aws: unexpected filters: $*" >&2; exit 2; }
+    cat "$STUB_STATE/instances" ;;
+  "ec2 start-instances"|"ec2 stop-instances")
+    ids=$(printf '%s\n' "$@" | awk 'p && /^--/ { p = 0 } p { print } $0 == "--instance-ids" { p = 1 }' | paste -sd' ' -)
+    echo "${2%-instances} $ids" >> "$STUB_STATE/ec2.log" ;;
   *) echo "stub aws: unexpected $*" >&2; exit 2 ;;
 esac
 ''',

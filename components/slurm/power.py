@@ -1,0 +1,175 @@
+"""Slurm power saving on the head node: slurmctld starts and stops the GPU nodes, and the run windows
+tell slurmctld when nodes may run.
+
+One mechanism owns each state change of a GPU node (docs/architecture.md, "Who starts and stops a node"):
+- slurmctld runs `slurm-resume` on powered-down nodes that jobs were given, and `slurm-suspend` on nodes
+  idle for SuspendTime (spec idle_stop.for_minutes), on nodes that failed to resume (ResumeFailProgram), and
+  on nodes powered down by name (`scontrol update nodename=... state=power_down_force`): the only calls that
+  start or stop a GPU instance while Slurm runs.
+- `slurm-window` (a timer on the head node, every minute) only tells slurmctld: outside every window the
+  partition is DOWN (jobs queue and wait) and nodes still up are powered down (their jobs requeued); inside,
+  the partition is UP and pending jobs resume nodes.
+- A node that fails its health check after its one reboot powers itself down by name (health-recheck): the
+  stop, and the start on new hardware when a job needs it, are slurmctld's.
+
+The programs run as SlurmUser with almost no environment (slurm.conf(5), SuspendProgram: "The program
+executes as SlurmUser"); the metadata guard lets SlurmUser reach the metadata service on the head node only,
+where no job runs, so the cloud CLI finds the head node's role.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from components import run_windows
+from components.slurm import shell
+from components.slurm.clouds import ops
+from components.slurm.conf import SlurmCluster
+from components.slurm.scripts import _script
+from components.spec import NAME_TAG
+
+if TYPE_CHECKING:
+    from components.spec import ClusterSpec
+
+POWER_TAG = "gpu-cluster:power"
+"""On a GPU node instance: "slurm" when Slurm starts and stops it (the plan's word for who acts)."""
+RUN_HOURS_TAG = "gpu-cluster:run-hours-a-week"
+"""On a GPU node instance under Slurm power saving with run windows: the hours a week the windows allow
+(run_windows.weekly_hours), which the pricer counts instead of a whole month."""
+IDLE_MINUTES_TAG = "gpu-cluster:idle-stop-minutes"
+"""On a GPU node instance under Slurm power saving with idle_stop: SuspendTime in minutes."""
+POWER_REASON_PREFIX = "gpu-cluster-power:"
+WINDOW_EVERY_S = 60
+START_TRIES, START_RETRY_S = 6, 30
+"""A node still stopping cannot be started yet (EC2: IncorrectInstanceState): the resume program tries again
+every 30 s for 3 minutes, within SuspendTimeout's margin."""
+
+_POWER_BODY = r'''
+export PATH="${PATH:+$PATH:}/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/snap/bin"
+say() { echo "slurm-$MODE: $*" >&2; logger -t gpu-cluster-power -- "slurm-$MODE: $*" 2> /dev/null || true; }
+down() {  # node reason: a node Slurm asked to resume that cannot be started is DOWN, so its jobs go elsewhere
+  [ "$MODE" = resume ] || return 0
+  scontrol update nodename="$1" state=down reason="$REASON_PREFIX $2" || say "could not set $1 down"
+}
+hostlist=${1:?usage: slurm-$MODE <hostlist>}
+mapfile -t nodes < <(scontrol show hostnames "$hostlist")
+CLUSTER_FILTER="Name=tag:$NAME_TAG,Values=$CLUSTER"
+if ! found=$(instance_lookup 2>&1); then
+  say "cannot list the instances of $CLUSTER: $(printf '%s' "$found" | tail -c 300)"
+  for n in "${nodes[@]}"; do down "$n" "instance lookup failed"; done
+  exit 1
+fi
+INSTANCE_IDS=()
+for n in "${nodes[@]}"; do
+  index=${n#"$NODE_PREFIX"}
+  id=$(printf '%s\n' "$found" | awk -v i="$index" '$1 == i { print $2; exit }')
+  if [ "$index" = "$n" ] || [ -z "$id" ]; then
+    say "$n has no instance that can start (terminated?): pulumi up creates it again"
+    down "$n" "no instance; pulumi up creates it again"
+    continue
+  fi
+  INSTANCE_IDS+=("$id")
+done
+[ "${#INSTANCE_IDS[@]}" -gt 0 ] || exit 0
+for ((try = 1; try <= TRIES; try++)); do
+  if [ "$MODE" = resume ]; then out=$(instance_start 2>&1) && break; else out=$(instance_stop 2>&1) && break; fi
+  say "try $try: $(printf '%s' "$out" | tail -c 300)"
+  if [ "$try" -lt "$TRIES" ]; then sleep "$RETRY_S"; fi
+done
+if [ "$try" -gt "$TRIES" ]; then
+  reason=$(printf '%s' "$out" | tr -s '\n' ' ' | tail -c 200)
+  for n in "${nodes[@]}"; do down "$n" "could not start: $reason"; done
+  exit 1
+fi
+say "${nodes[*]}: ${INSTANCE_IDS[*]}"
+'''
+
+
+def plan_tags(spec: "ClusterSpec") -> dict[str, str]:
+    """The tags that say, on every GPU node instance of a validated stack, that Slurm powers it and within what
+    (for the pricer, the policy pack and the review, which read plans, not user data)."""
+    if spec.scheduler != "slurm" or ops(spec.cloud).instance_start is None:
+        return {}
+    tags = {POWER_TAG: "slurm"}
+    if spec.schedule is not None:
+        hours = run_windows.weekly_hours([run_windows.parse(w) for w in spec.schedule.windows])
+        tags[RUN_HOURS_TAG] = f"{hours:g}"
+    if spec.idle_stop is not None:
+        tags[IDLE_MINUTES_TAG] = str(spec.idle_stop.for_minutes)
+    return tags
+
+
+def power_script(c: SlurmCluster, mode: str) -> str:
+    """slurm-resume (mode resume) or slurm-suspend (mode suspend): slurmctld's ResumeProgram and
+    SuspendProgram / ResumeFailProgram, with the nodes as a Slurm hostlist."""
+    if mode not in ("resume", "suspend"):
+        raise ValueError(f"mode must be resume or suspend, not {mode!r}")
+    o = ops(c.cloud)
+    if o.instance_lookup is None or o.instance_start is None or o.instance_stop is None:
+        raise ValueError(f"no power saving commands for {c.cloud}")
+    return _script(f"Slurm {mode} program: {'start' if mode == 'resume' else 'stop'} GPU node instances", {
+        "MODE": mode, "REGION": c.region, "CLUSTER": c.name, "NAME_TAG": NAME_TAG,
+        "NODE_PREFIX": f"{c.name}-node-", "REASON_PREFIX": POWER_REASON_PREFIX,
+        "TRIES": START_TRIES, "RETRY_S": START_RETRY_S,
+    }, _POWER_BODY, [shell.function("instance_lookup", o.instance_lookup),
+                     shell.function("instance_start", o.instance_start),
+                     shell.function("instance_stop", o.instance_stop)])
+
+
+_WINDOW_BODY = r'''
+export PATH="${PATH:+$PATH:}/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Inside a window now? The windows are the stack's schedule: (days Mon=0..Sun=6, start and end minute), in
+# the schedule's time zone (Python's zoneinfo and the system's tz database follow daylight saving).
+if ! inside=$(python3 - "$TIMEZONE" "$WINDOWS" <<'PY'
+import datetime, sys, zoneinfo
+now = datetime.datetime.now(zoneinfo.ZoneInfo(sys.argv[1]))
+minute = now.hour * 60 + now.minute
+for w in sys.argv[2].split(";"):
+    days, start, end = w.split(" ")
+    if str(now.weekday()) in days.split(",") and int(start) <= minute < int(end):
+        print("yes")
+        break
+else:
+    print("no")
+PY
+); then
+  echo "slurm-window: cannot tell the time in $TIMEZONE" >&2
+  exit 1
+fi
+state=$(scontrol show partition "$PARTITION" -o | sed -n 's/.* State=\([A-Z_]*\).*/\1/p')
+if [ "$inside" = yes ]; then
+  if [ "$state" != UP ]; then
+    scontrol update partitionname="$PARTITION" state=up
+    echo "slurm-window: a run window is open: $PARTITION is up; pending jobs start their nodes"
+  fi
+  exit 0
+fi
+if [ "$state" != DOWN ]; then
+  scontrol update partitionname="$PARTITION" state=down
+  echo "slurm-window: outside the run windows: $PARTITION is down; jobs wait for the next window"
+fi
+# Every node still up (not powered down, nor on its way down) is powered down now: its jobs are requeued.
+up=$(scontrol show nodes -o | awk -v p="$NODE_PREFIX" '{
+  name = ""; state = ""
+  for (i = 1; i <= NF; i++) {
+    if ($i ~ /^NodeName=/) name = substr($i, 10)
+    if ($i ~ /^State=/) state = substr($i, 7)
+  }
+  if (index(name, p) == 1 && state !~ /POWERED_DOWN|POWERING_DOWN|POWER_DOWN/) print name
+}' | paste -sd, -)
+if [ -n "$up" ]; then
+  scontrol update nodename="$up" state=power_down_force
+  echo "slurm-window: outside the run windows: powering down $up"
+fi
+'''
+
+
+def window_script(c: SlurmCluster) -> str:
+    """slurm-window: run every minute on the head node (a systemd timer) when the stack has run windows."""
+    if not c.windows:
+        raise ValueError("the cluster has no run windows")
+    parsed = [run_windows.parse(w) for w in c.windows]
+    encoded = ";".join(f"{','.join(map(str, w.days))} {w.start} {w.end}" for w in parsed)
+    return _script("Keep the Slurm partition to the run windows", {
+        "PARTITION": c.name, "NODE_PREFIX": f"{c.name}-node-", "TIMEZONE": c.timezone, "WINDOWS": encoded,
+    }, _WINDOW_BODY)
