@@ -4,7 +4,9 @@
 
 What it does, in order (each step prints PASS/FAIL; the first failure stops the run):
   1. Makes sure Debian's slurmctld, slurmd, munge and fio are installed (installs them
-     with apt-get when missing; a failed install is a failure, never a skip).
+     with apt-get when missing; a failed install is a failure, never a skip), then runs the rest in
+     its own mount namespace with its own /run/munge and /run/slurm, on free ports (isolate(),
+     free_ports()), so two runs on one machine do not collide.
   2. Generates the head node's files and a GPU node's files for a one-node p5.48xlarge cluster on
      AWS, with every path rooted in a temporary directory, and writes them there exactly as
      generated (systemd units excepted: no systemd here; the harness starts the daemons itself).
@@ -105,7 +107,7 @@ def memory_mib() -> int:
     raise Failure("no MemTotal in /proc/meminfo")
 
 
-def localize(conf: str, root: Path, hostname: str, cpus: int) -> str:
+def localize(conf: str, root: Path, hostname: str, cpus: int, ports: tuple[int, int]) -> str:
     """slurm.conf for one local node: the controller is this host, the node has this host's CPUs and memory,
     daemons' files live under `root`, and process tracking needs no cgroup delegation (there is no
     systemd here to delegate a cgroup v2 subtree, and this kernel mounts cgroup v1)."""
@@ -118,6 +120,8 @@ def localize(conf: str, root: Path, hostname: str, cpus: int) -> str:
         (r"^SlurmdSpoolDir=/", f"SlurmdSpoolDir={root}/"),
         (r"^(Slurmctld|Slurmd)PidFile=/", rf"\1PidFile={root}/"),
         (r"^(Slurmctld|Slurmd)LogFile=/", rf"\1LogFile={root}/"),
+        (r"^SlurmctldPort=\d+$", f"SlurmctldPort={ports[0]}"),
+        (r"^SlurmdPort=\d+$", f"SlurmdPort={ports[1]}"),
         # slurmctld runs the power programs as SlurmUser with no environment of ours: through a wrapper
         # that gives them the stubs (the harness's EC2).
         (r"^(Resume|Suspend|ResumeFail)Program=(.*)$", rf"\1Program={root}/power-env/\1"),
@@ -170,6 +174,7 @@ class Harness:
             state_dir=f"{self.paths.data}/slurm/state", paths=self.paths,
             job_credentials=True, job_role="arn:aws:iam::123456789012:role/local-compute-job-role",
             suspend_after_s=3600, windows=("Mon-Fri 08:00-20:00",), timezone="UTC")
+        self.ports = tuple(free_ports(2))
         self.ec2_seen = 0
         self.slurmd_cmd: list[str] = []
         self.slurmd_env: dict = {}
@@ -204,7 +209,7 @@ class Harness:
         written = self.write_files(boot.head_files(c))
         generated = slurm_conf(c)
         Path(self.paths.slurm_etc, "slurm.conf").write_text(
-            localize(generated, root, self.hostname, os.cpu_count() or 1))
+            localize(generated, root, self.hostname, os.cpu_count() or 1, self.ports))
         self.write_power_wrappers(generated)
         Path(self.paths.slurm_etc, "gres.conf").write_text(localize_gres(gres_conf(c), root))
         Path(self.paths.slurm_etc, "cgroup.conf").write_text(localize_cgroup(cgroup_conf(c)))
@@ -408,7 +413,8 @@ class Harness:
         check(m is not None and "--conf-server 127.0.0.1:6817" in m.group(1), "SLURMD_OPTIONS: configless from the head", options)
         # slurmd runs configless: no -f; it fetches slurm.conf, gres.conf and cgroup.conf from slurmctld.
         slurmd_env = self.slurmd_env = {k: v for k, v in env.items() if k != "SLURM_CONF"}
-        self.slurmd_cmd = ["slurmd", "-D", *m.group(1).split()]
+        # The controller listens on this run's port (localize()).
+        self.slurmd_cmd = ["slurmd", "-D", *m.group(1).replace(":6817", f":{self.ports[0]}").split()]
         self.start("slurmd", self.slurmd_cmd, env=slurmd_env)
         self.wait_for("the node to register idle", self.node_idle)
         info = self.node_info()
@@ -641,14 +647,48 @@ class Harness:
             shutil.rmtree(self.root, ignore_errors=True)
 
 
+ISOLATED = "GPU_CLUSTER_SLURM_CHECK_ISOLATED"
+"""Set in the child that runs in its own mount and network namespaces (isolate())."""
+
+
+def isolate() -> None:
+    """This run's own /run/munge and /run/slurm (private tmpfs mounts in the mount namespace unshare(1) made), so two
+    runs on one machine never share munged's default socket (which configless slurmd must use: it asks munge before
+    it has slurm.conf) or slurmd's config cache; free_ports() gives each its own slurmctld and slurmd ports."""
+    subprocess.run(["mount", "--make-rprivate", "/"], check=True)
+    for d in ("/run/munge", "/run/slurm"):
+        Path(d).mkdir(parents=True, exist_ok=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", d], check=True)
+
+
+def free_ports(n: int) -> list[int]:
+    """n TCP ports free on this machine now (the kernel's choice for port 0)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def main() -> int:
     started = time.monotonic()
     if os.geteuid() != 0:
         print("FAIL  slurm-check runs daemons and installs packages: run it as root", file=sys.stderr)
         return 1
+    if os.environ.get(ISOLATED) != "1":
+        try:
+            ensure_packages()
+        except Failure as e:
+            print(f"FAIL  {e}", file=sys.stderr)
+            return 1
+        return subprocess.call(["unshare", "--mount", "--fork", sys.executable, "-m", "tests.slurm_local"],
+                               env={**os.environ, ISOLATED: "1"})
     h = None
     try:
-        ensure_packages()
+        isolate()
         h = Harness()
         h.run_all()
     except (Failure, subprocess.TimeoutExpired) as e:
