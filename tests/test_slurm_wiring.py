@@ -458,3 +458,25 @@ def test_tencent_slurm_says_that_jobs_have_no_bucket_credentials_of_their_own():
 
     notes = validate(slurm_stack_with("tencent-large")).notes
     assert any("only root reaches the metadata service" in n and "credentials you give it" in n for n in notes)
+
+
+@pytest.mark.parametrize("stack", ["tencent-large", "tencent-entry", "tencent-scheduled"])
+def test_tencent_cam_roles_grant_no_action_on_every_resource_but_operation_level_ones(stack, slurm_plan, sample_plan):
+    """Least privilege on Tencent Cloud (the AWS SSM-on-* finding, reviewed here): the nodes' and head node's roles
+    read one secret (the head node also puts it) and publish a metric; the cost-controls function's role starts and
+    stops the cluster's nodes only. "*" only for actions that take no resource (Cloud Monitor's data calls,
+    DescribeInstancesStatus); no preset policy is attached to any role."""
+    operation_level = {"name/monitor:PutMonitorData", "name/monitor:GetMonitorData", "name/cvm:DescribeInstancesStatus"}
+    plans = (slurm_plan(stack), sample_plan(stack))
+    assert [r for plan in plans for r in plan.of_type("tencentcloud:Cam/policy:Policy")]
+    for plan in plans:
+        statements = [s for r in plan.of_type("tencentcloud:Cam/policy:Policy")
+                      for s in json.loads(r.inputs["document"])["statement"]]
+        for s in statements:
+            actions = s["action"] if isinstance(s["action"], list) else [s["action"]]
+            if s["resource"] == ["*"] or s["resource"] == "*":
+                assert set(actions) <= operation_level, s
+            else:
+                assert all(r.startswith(("qcs::ssm:", "qcs::cvm:")) and "*" not in r for r in s["resource"]), s
+        assert not [r for r in plan.of_type("tencentcloud:Cam/rolePolicyAttachment:RolePolicyAttachment")
+                    if not str(r.inputs.get("policyId", "")).isdigit()]
