@@ -396,6 +396,12 @@ def _watch(node):
 @pytest.mark.parametrize("state,reason", [
     ({"gpus": 7}, "expected 8 GPUs, nvidia-smi lists 7"),
     ({"ecc": 2}, "GPU 0 has 2 uncorrectable ECC error(s) since the driver loaded"),
+    # An Xid the catalog resolves by a reset, among ones it does not (13: an application's fault; 63: a row
+    # remapped, as the driver logs them).
+    ({"kernel-log": ["NVRM: Xid (PCI:0000:10:1c): 63, pid=1896, Row Remapper: New row marked for remapping, reset gpu to activate.",
+                     "NVRM: Xid (PCI:0000:53:00): 13, pid=4242, Graphics Exception",
+                     "NVRM: Xid (PCI:0000:53:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."]},
+     "kernel log: NVRM: Xid (PCI:0000:53:00): 79,"),
 ])
 def test_the_gpu_watch_drains_a_node_that_lost_a_gpu_or_has_uncorrectable_errors(node, state, reason):
     """Between full checks (node-health --watch, a timer), a GPU that falls off the bus or reports uncorrectable ECC errors writes FAIL,

@@ -345,6 +345,10 @@ if ecc=$(timeout 60 nvidia-smi --query-gpu=index,ecc.errors.uncorrected.volatile
     case "$errors" in ''|*[!0-9]*|0) ;; *) fail "GPU ${index// /} has $errors uncorrectable ECC error(s) since the driver loaded" ;; esac
   done <<< "$ecc"
 fi
+# Xid events since boot whose action is a GPU reset or node drain (NVIDIA Xid catalog, docs.nvidia.com/deploy/
+# xid-errors: 48 double-bit ECC, 74 NVLink, 79 fallen off the bus, 94/95 contained/uncontained ECC).
+xid=$(journalctl -k -b -o cat 2>/dev/null | grep -oE 'NVRM: Xid \([^)]*\): (48|74|79|94|95),' | sort -u | head -3 | tr '\n' ' ' || true)
+[ -z "$xid" ] || fail "kernel log: ${xid% }"
 if [ "$WATCH" = 1 ]; then
   [ "${#failures[@]}" -gt 0 ] || exit 0
   finish

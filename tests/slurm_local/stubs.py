@@ -39,6 +39,10 @@ for ((i = 0; i < gpus; i++)); do echo "$i, NVIDIA H100 80GB HBM3, 81559"; done
     "fio-stub": r'''#!/bin/bash
 echo '{"jobs": [{"read": {"iops": 250000}}]}'
 ''',
+    # journalctl -k -b -o cat: the kernel log since boot, from $STUB_STATE/kernel-log (none by default).
+    "journalctl": r'''#!/bin/bash
+cat "$STUB_STATE/kernel-log" 2>/dev/null || true
+''',
     "fi_info": r'''#!/bin/bash
 printf 'provider: efa\n    fabric: efa\n    domain: rdmap0s0-rdm\n    type: FI_EP_RDM\n'
 ''',
