@@ -19,6 +19,30 @@ def test_monthly_fixed_budget_scoped_to_the_cluster_tag(sample_plan):
     assert "mlops@example.com" in b["budgetNote"]
 
 
+def test_the_budget_period_starts_in_the_deployment_month_and_never_moves(monkeypatch):
+    """No hard-coded start: a real `pulumi up` starts the budget this month (UTC), for ten years; the budget
+    ignores both fields afterwards, so next month's update moves nothing. An offline render takes the catalogue's
+    newest fact date, so the plan of a repository is the same on any day."""
+    import datetime
+
+    from components import catalog
+    from components.clouds import OFFLINE_RENDER_ENV
+    from components.tencentcloud import budget
+
+    assert budget.period(datetime.date(2027, 1, 31)) == ("2027-01", "2036-12")
+    assert budget.period(datetime.date(2026, 12, 5)) == ("2026-12", "2036-11")
+    monkeypatch.setenv(OFFLINE_RENDER_ENV, "1")
+    assert budget.deploy_date() == catalog.newest_fact_date()
+    monkeypatch.delenv(OFFLINE_RENDER_ENV)
+    assert budget.deploy_date() == datetime.datetime.now(datetime.timezone.utc).date()
+    from conftest import rendered, stack_with
+
+    [b] = [r for r in rendered(stack_with("tencent-large")).registrations if r.type == BUDGET]
+    newest = catalog.newest_fact_date()
+    assert b.inputs["periodBegin"] == f"{newest.year:04d}-{newest.month:02d}"
+    assert b.ignore_changes == ["periodBegin", "periodEnd"]
+
+
 def test_one_actual_warning_per_threshold_and_a_forecast_at_100(sample_plan, render_cluster):
     b = sample_plan("tencent-mid").one(BUDGET).inputs
     assert [(w["warnType"], w["calType"], w["thresholdValue"]) for w in b["warnJsons"]] == [

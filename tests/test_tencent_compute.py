@@ -178,6 +178,21 @@ def test_nodes_keep_their_image_and_boot_config_when_they_change():
     # The head node keeps its image; a changed boot config replaces it (components/tencentcloud/head.py).
     (head,) = [r for r in regs if r.type == INSTANCE and r not in nodes]
     assert head.ignore_changes == ["imageId"] and head.inputs["userDataReplaceOnChange"] is True
+    # HCC nodes wait up to an hour for RUNNING (the provider's default is 15 minutes); nothing else changes.
+    from components.tencentcloud.compute import HCC_CREATE_TIMEOUT
+
+    assert all(r.custom_timeouts == {"create": HCC_CREATE_TIMEOUT} == {"create": "60m"} for r in nodes)
+    assert not [r for r in regs if r.custom_timeouts and r not in nodes]
+    entry = [r for r in rendered(slurm_stack_with("tencent-entry")).registrations if r.type == INSTANCE]
+    assert entry and not [r for r in entry if r.custom_timeouts], "not an HCC shape: the provider's wait"
+
+
+def test_the_turbo_file_system_ignores_what_its_update_refuses(sample_plan):
+    """Read copies net_interface, cidr_block and ccn_id back, Update refuses any change to them (and capacity)."""
+    from conftest import rendered, stack_with
+
+    [fs] = [r for r in rendered(stack_with("tencent-large")).registrations if r.type == "tencentcloud:Cfs/fileSystem:FileSystem"]
+    assert fs.ignore_changes == ["capacity", "netInterface", "cidrBlock", "ccnId"]
 
 
 def test_data_disk_is_found_by_its_id_never_by_size(sample_plan):

@@ -11,7 +11,7 @@ import datetime
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, get_args
 
 import yaml
 
@@ -106,6 +106,12 @@ def shape(cloud: Cloud, instance_type: str) -> Optional[Shape]:
 
 
 @lru_cache(maxsize=None)
+def newest_fact_date() -> datetime.date:
+    """The date of the catalogue's newest dated fact (a shape or a limit of either cloud): the day it was last
+    brought up to date, which offline renders use as their "today" where a resource needs one."""
+    return max(x.as_of for cloud in get_args(Cloud) for x in (*shapes(cloud).values(), *limits(cloud).values()))
+
+
 def limits(cloud: Cloud) -> dict[str, Limit]:
     """Every sourced limit of `cloud`, by name."""
     return {name: Limit(**row) for name, row in read("limits.yaml")[cloud].items()}

@@ -9,23 +9,42 @@ spec's e-mail addresses, looked up at deploy time, and the addresses are written
 
 from __future__ import annotations
 
+import datetime
+import os
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
 import pulumi
 import tencentcloud_iac_pulumi as tencentcloud
 
+from components import catalog
+from components.clouds import OFFLINE_RENDER_ENV
 from components.spec import NAME_TAG
 
 FORECAST_PCT = 100
 
-# A budget needs a validity window (period_begin / period_end, "YYYY-MM" for monthly budgets,
-# provider doc billing_budget). It is fixed here, not taken from the clock, so that every render of
-# the same stack is identical: ten years from the month after these facts were gathered
-# (2026-11-30). Whether Tencent accepts a window that began before the
-# deployment month is unconfirmed; if it refuses, move PERIOD_BEGIN — one place.
-PERIOD_BEGIN = "2026-12"
-PERIOD_END = "2036-11"
+# A budget needs a validity window (period_begin / period_end, "YYYY-MM" for monthly budgets, provider doc
+# billing_budget v1.82.42). It begins in the month of the first `pulumi up` and runs ten years; the budget then
+# ignores both fields, so later updates never move its start. An offline render (the plan, the tests, the
+# review) takes the month of the catalogue's newest dated fact instead of the clock, so the same repository
+# renders the same plan on any day.
+PERIOD_YEARS = 10
+
+
+def period(today: datetime.date) -> tuple[str, str]:
+    """(period_begin, period_end) of a budget made `today`: this month to the month before the same month
+    PERIOD_YEARS later (2026-12 → 2036-11)."""
+    end_year, end_month = today.year + PERIOD_YEARS, today.month - 1
+    if end_month == 0:
+        end_year, end_month = end_year - 1, 12
+    return f"{today.year:04d}-{today.month:02d}", f"{end_year:04d}-{end_month:02d}"
+
+
+def deploy_date() -> datetime.date:
+    """Today (UTC) for a real deployment; the catalogue's newest fact date for an offline render."""
+    if os.environ.get(OFFLINE_RENDER_ENV) == "1":
+        return catalog.newest_fact_date()
+    return datetime.datetime.now(datetime.timezone.utc).date()
 
 
 def warn_jsons(thresholds_pct: tuple[int, ...]) -> list[dict]:
@@ -72,6 +91,7 @@ class Budget(pulumi.ComponentResource):
         # Filtering by tag needs gpu-cluster:name enabled as a cost allocation tag
         # (billing.AllocationTag). That switch is account-wide and shared by every cluster, so it is
         # left to the account owner rather than owned (and deleted) by one cluster's stack.
+        begin, end = period(deploy_date())
         budget = tencentcloud.billing.Budget(
             f"{prefix}-budget",
             budget_name=prefix,
@@ -80,13 +100,13 @@ class Budget(pulumi.ComponentResource):
             budget_quota=f"{args.monthly_limit:.2f}",
             bill_type="BILL",
             fee_type="REAL_COST",
-            period_begin=PERIOD_BEGIN,
-            period_end=PERIOD_END,
+            period_begin=begin,
+            period_end=end,
             warn_jsons=warn_jsons(args.thresholds_pct),
             dimensions_range={"tags": [{"tag_key": NAME_TAG, "tag_values": [prefix]}]},
             budget_note=f"gpu-cluster {prefix}; notify: {', '.join(args.emails)} "
                         f"(bind these addresses to CAM users to receive reminders)",
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["periodBegin", "periodEnd"]),
         )
         # Alarm notices go to CAM users by UID, not by e-mail and not by UIN (provider doc
         # monitor_alarm_notice v1.82.42: "User UID List"): each address of budget.emails is looked up

@@ -20,6 +20,13 @@ import tencentcloud_iac_pulumi as tencentcloud
 
 from components.spec import Capacity, Purchase, node_is_spot
 
+HCC_CREATE_TIMEOUT = "60m"
+"""How long `pulumi up` waits for an HCC node to reach RUNNING. The provider waits for RUNNING within the create
+timeout, 15 minutes unless set (resource_tc_instance.go v1.82.42: Timeouts Create DefaultTimeout(15 * time.Minute),
+and Create retries DescribeInstances within d.Timeout(schema.TimeoutCreate)). An HCC node is a whole
+RDMA-attached server placed in its HPC cluster, and Tencent publishes no creation time for one: four times the
+default, so a slow placement does not fail a `pulumi up` that would have succeeded (the instance would be left
+created but outside the state)."""
 SCRATCH_DISK_GB = 1000
 """Size of the non-persistent scratch disk when storage.scratch is "disk" (the spec has no size
 field for it)."""
@@ -205,5 +212,7 @@ class Compute(pulumi.ComponentResource):
             # and let the next `pulumi up` create it (`pulumi destroy --target <urn> --target-dependents`).
             # userDataRaw stays ignored for nodes created before user data was compressed.
             opts=pulumi.ResourceOptions(parent=self, ignore_changes=["imageId", "userDataRaw", "userData"],
-                                        depends_on=list(args.after)),
+                                        depends_on=list(args.after),
+                                        custom_timeouts=pulumi.CustomTimeouts(create=HCC_CREATE_TIMEOUT) if args.hpc
+                                        else None),
         )

@@ -161,10 +161,15 @@ class Storage(pulumi.ComponentResource):
             # changed"), so a new size would plan an update that fails: the stack sets it only at
             # creation. A file system grows in the console or with the CFS API ScaleUpFileSystem
             # (up only); then set storage.lustre.capacity_gib to the new size (the plan notes say so).
-            opts=pulumi.ResourceOptions.merge(keep, pulumi.ResourceOptions(depends_on=[attach],
-                                                                           ignore_changes=["capacity"])))
+            # Nor the mount target's network: Read copies net_interface, cidr_block and ccn_id back from
+            # DescribeMountTargets, and Update refuses any change to them ("argument `%s` cannot be changed":
+            # resource_tc_cfs_file_system.go v1.82.42, Read and Update, immutableArgs), so a value the API spells
+            # differently would plan an update that can only fail.
+            opts=pulumi.ResourceOptions.merge(keep, pulumi.ResourceOptions(
+                depends_on=[attach], ignore_changes=["capacity", "netInterface", "cidrBlock", "ccnId"])))
         self.file_system_id = fs.id
-        # Turbo is mounted with the Lustre client: `mount -t lustre <mount ip>@tcp0:/<fs id>/cfs /mnt`
-        # (CFS Turbo "mounting on Linux" guide, cloud.tencent.com/document/product/582; the `/cfs`
-        # sub-path is how Tencent's guide writes it — unconfirmed against a live file system).
+        # Turbo is mounted with the Lustre client: `mount -t lustre <mount ip>@tcp0:/<fs id>/cfs /mnt` (CFS Turbo
+        # "mounting on Linux" guide, cloud.tencent.com/document/product/582), the same source Tencent's own CSI
+        # driver mounts ("%s@tcp0:/%s/%s" of the server, the FSID and "cfs", "a hard limit": TencentCloud/
+        # kubernetes-csi-tencentcloud driver/cfsturbo/node.go, NodeStageVolume, lustre protocol).
         self.mount_target = pulumi.Output.all(fs.id, fs.mount_ip, fs.fs_id).apply(lambda v: turbo_source(*v))
