@@ -300,7 +300,8 @@ def _estimate(plan: Plan, pricer: Optional[Pricer]) -> Optional[dict]:
         return None
     unpriced = getattr(cost, "unpriced", None) or []
     return {"total": float(total), "currency": str(getattr(cost, "currency", "")),
-            "unpriced": unpriced if isinstance(unpriced, int) else len(unpriced)}
+            "unpriced": unpriced if isinstance(unpriced, int) else len(unpriced),
+            "unpricedItems": str(getattr(cost, "unpriced_summary", "") or "")}
 
 
 def _run(policy: Any, args: Any, level: EnforcementLevel, urn_default: str, out: list[Violation],

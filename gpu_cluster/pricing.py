@@ -11,6 +11,8 @@ book's dated exchange rate and flagged as an estimate.
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
@@ -73,6 +75,12 @@ class MonthlyCost:
     def estimate(self) -> bool:
         return any(i.estimate for i in self.items)
 
+    @property
+    def unpriced_summary(self) -> str:
+        """What the total leaves out, in words: "2 × GPU nodes HCCPNV6.96XLARGE2304, NAT gateway (standard)"; ""
+        when every line is priced. Lines of the same item are counted together."""
+        return unpriced_summary([i.item for i in self.unpriced])
+
     def by_origin(self) -> dict[str, float]:
         """Monthly total per price origin (price file / cache / catalog)."""
         out: dict[str, float] = {}
@@ -90,9 +98,30 @@ class MonthlyCost:
             "price_sources": list(self.sources),
             "items": [asdict(i) for i in self.items if i.monthly is not None],
             "unpriced": [asdict(i) for i in self.unpriced],
+            "unpriced_summary": self.unpriced_summary,
             "usage_based": [asdict(i) for i in self.usage_based],
             "controls": list(self.controls),
         }
+
+
+def unpriced_summary(items: list[str]) -> str:
+    """The unpriced items' names, each once, counted: ["GPU nodes 1 × X", "GPU nodes 1 × X", "NAT gateway"] →
+    "GPU nodes 2 × X, NAT gateway" (a count in the name is added up; other repeats are counted)."""
+    counts: dict[tuple[str, str], int] = {}
+    for item in items:
+        m = re.fullmatch(r"(.*?)(\d+) × (.+)", item)
+        key, n = ((m.group(1), m.group(3)), int(m.group(2))) if m else ((item, ""), 1)
+        counts[key] = counts.get(key, 0) + n
+    return ", ".join(f"{head}{n} × {tail}" if tail else (head if n == 1 else f"{n} × {head}")
+                     for (head, tail), n in counts.items())
+
+
+def total_words(total: float, currency: str, summary: str, amount=lambda v: f"{v:,.2f}") -> str:
+    """The total as it may be said: "82,970.00 USD", or, when items are unpriced, a lower bound that names them on
+    the same line: "≥ 32,357.00 CNY + unpriced: 2 × GPU nodes 1 × HCCPNV6.96XLARGE2304, NAT gateway (standard)"."""
+    if not summary:
+        return f"{amount(total)} {currency}"
+    return f"≥ {amount(total)} {currency} + unpriced: {summary}"
 
 
 def _region(plan: Plan) -> Optional[str]:

@@ -277,7 +277,7 @@ def _cost_line(review: StackReview) -> str:
     line = f"{_money(before, cur)} → {_money(after, cur)} ({'+' if delta >= 0 else '−'}{_money(abs(delta), cur)})"
     unpriced = len(a.unpriced) if a else 0
     if unpriced:
-        line += f"; {unpriced} item(s) unpriced (no public price), not included"
+        line += f"; after is at least that: unpriced (no public price), not included: {a.unpriced_summary}"
     if (a and a.estimate) or (b and b.estimate):
         line += "; includes estimates"
     return line

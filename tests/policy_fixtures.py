@@ -189,3 +189,15 @@ def load(path: Path, form: str = "resolved") -> tuple[Plan, Optional[dict], set[
 
 def case_files() -> list[Path]:
     return sorted(p for p in FIXTURES.glob("*/*.json") if p.parent.name != "acceptance")
+
+
+INCOMPLETE = "The estimated monthly cost is incomplete"
+"""budget-covers-estimate's advisory that the estimate leaves unpriced items out: every Tencent plan here has the
+sample's unpriced HCC GPU nodes (tests/test_policies.py judges that advisory on its own)."""
+
+
+def judged_violations(plan, config=None) -> list:
+    """run_policies less the incomplete-estimate advisory, for tests about the other rules."""
+    from gpu_cluster.policyrun import run_policies
+
+    return [v for v in run_policies(plan, config) if not v.message.startswith(INCOMPLETE)]

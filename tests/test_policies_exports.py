@@ -13,7 +13,8 @@ import pytest
 from gpu_cluster.cli import main
 from gpu_cluster.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATION
 from gpu_cluster.plan import Plan
-from gpu_cluster.policyrun import POLICIES, run_policies
+from gpu_cluster.policyrun import POLICIES
+from policy_fixtures import judged_violations
 from policy_fixtures import FIXTURES, preview_form
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,7 +81,7 @@ def test_pending_deletion_is_skipped(tmp_path, capsys):
     resources(doc).append(old)
     plan = Plan.from_doc(doc)
     assert plan.skipped == 1 and len({r.urn for r in plan.resources}) == len(plan.resources)
-    assert run_policies(plan) == []
+    assert judged_violations(plan) == []
     code, _, err = check(write(tmp_path, doc), capsys)
     assert code == EXIT_OK and "1 pending deletion skipped" in err
 
@@ -98,7 +99,7 @@ def test_property_dependencies_are_kept(tmp_path, capsys):
     resources(doc).append(web)
     plan = Plan.from_doc(doc)
     assert plan.by_urn()[web["urn"]].property_dependencies == {"subnetId": (subnet["urn"],)}
-    assert {(v.policy, v.urn) for v in run_policies(plan)} == {("dedicated-subnet", web["urn"])}
+    assert {(v.policy, v.urn) for v in judged_violations(plan)} == {("dedicated-subnet", web["urn"])}
 
 
 def test_foreign_program_gets_storage_words_not_gpu_rules(tmp_path, capsys):
@@ -117,7 +118,7 @@ def test_foreign_program_gets_storage_words_not_gpu_rules(tmp_path, capsys):
             metadataOptions={"httpTokens": "required"}, rootBlockDevice={"encrypted": True}),
         res("aws:dynamodb/table:Table", "sessions", hashKey="id", billingMode="PAY_PER_REQUEST"),
     ]}}
-    violations = run_policies(Plan.from_doc(doc))
+    violations = judged_violations(Plan.from_doc(doc))
     assert violations and not {v.policy for v in violations} & GPU_RULES
     assert {v.policy for v in violations} == {"checkpoint-bucket-private", "stateful-protected"}
     assert all("checkpoint" not in v.message.lower() for v in violations)
@@ -131,8 +132,8 @@ def test_preview_form_of_a_rendered_plan_is_judged_alike():
 
     for stack in ("aws-large", "tencent-large"):
         doc = rendered(stack_with(stack, {"purchase": "spot"})).plan()
-        resolved = {(v.policy, v.urn) for v in run_policies(Plan.from_doc(doc))}
-        assert resolved and resolved == {(v.policy, v.urn) for v in run_policies(Plan.from_doc(preview_form(doc)))}
+        resolved = {(v.policy, v.urn) for v in judged_violations(Plan.from_doc(doc))}
+        assert resolved and resolved == {(v.policy, v.urn) for v in judged_violations(Plan.from_doc(preview_form(doc)))}
 
 
 # ---- what it refuses ------------------------------------------------------------------------------
@@ -230,7 +231,7 @@ def test_every_policy_runs_on_every_fixture_type_without_crashing():
             r["inputs"] = {k: fill(v) for k, v in r.get("inputs", {}).items()} if fill else {}
             r.pop("id", None)
             docs.append(r)
-        violations = run_policies(Plan.from_doc({"version": 3, "deployment": {"resources": docs}}))
+        violations = judged_violations(Plan.from_doc({"version": 3, "deployment": {"resources": docs}}))
         assert all(not v.message.startswith("can't run") for v in violations)
         assert {v.policy for v in violations} <= {p.name for p in POLICIES}
 

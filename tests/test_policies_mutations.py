@@ -15,7 +15,7 @@ from typing import Callable
 import pytest
 
 from gpu_cluster.plan import Plan
-from gpu_cluster.policyrun import run_policies
+from policy_fixtures import judged_violations
 from policy_fixtures import FORMS, copied, preview_form
 from policy_fixtures import sample_doc as doc_of
 
@@ -626,7 +626,7 @@ def judged(stack: str, fn: Callable[[dict], None], form: str) -> set[tuple[str, 
         r["outputs"] = outputs
     if form == "preview":
         doc = preview_form(doc)
-    return {(v.policy, v.urn.rsplit("::", 1)[-1]) for v in run_policies(Plan.from_doc(doc))}
+    return {(v.policy, v.urn.rsplit("::", 1)[-1]) for v in judged_violations(Plan.from_doc(doc))}
 
 
 def test_the_campaign_is_large_and_covers_every_rule():

@@ -11,12 +11,14 @@ from gpu_cluster.cli import main
 from gpu_cluster.errors import EXIT_VIOLATION
 from gpu_cluster.plan import Plan
 from gpu_cluster.policyrun import run_policies
+from policy_fixtures import INCOMPLETE, judged_violations
 from gpu_cluster.render import SAMPLE_STACKS
 from policy_fixtures import sample_doc as doc_of
 
 
 def found(plan: Plan, **kw) -> set[tuple[str, str]]:
-    return {(v.policy, v.urn.rsplit("::", 1)[-1]) for v in run_policies(plan, **kw)}
+    return {(v.policy, v.urn.rsplit("::", 1)[-1]) for v in run_policies(plan, **kw)
+            if not v.message.startswith(INCOMPLETE)}
 
 
 def nodes(plan: Plan) -> list[str]:
@@ -39,7 +41,15 @@ def first(doc: dict, type_: str) -> dict:
 
 @pytest.mark.parametrize("stack", SAMPLE_STACKS)
 def test_sample_stacks_pass_clean(stack):
-    assert run_policies(Plan.from_doc(doc_of(stack))) == []
+    """Nothing but, on Tencent Cloud, the advisory that the estimate leaves the unpriced items out (the NAT gateway;
+    the mid and large nodes): the budget may not cover what has no price."""
+    violations = run_policies(Plan.from_doc(doc_of(stack)))
+    if stack.startswith("tencent"):
+        [v] = violations
+        assert (v.policy, v.enforcement) == ("budget-covers-estimate", "advisory") and v.message.startswith(INCOMPLETE)
+        assert "NAT gateway (standard)" in v.message
+    else:
+        assert violations == []
 
 
 # On Tencent a shared subnet rules out CFS Turbo (its CCN range needs the stack's own VPC): lustre off.

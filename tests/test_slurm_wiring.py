@@ -17,7 +17,7 @@ from components.slurm.conf import SLURMCTLD_PORT
 from conftest import BOOT_USER_DATA, boot_document, gpu_nodes, head_node, load_yaml, render_plan, slurm_rendered, slurm_stack_with
 from conftest import stack_with as stack_with_cluster
 from gpu_cluster.plan import Plan
-from gpu_cluster.policyrun import run_policies
+from policy_fixtures import judged_violations
 from gpu_cluster.render import SAMPLE_STACKS
 
 AWS_INSTANCE = "aws:ec2/instance:Instance"
@@ -407,7 +407,7 @@ def test_scheduler_none_renders_no_head_node_no_secret_and_no_slurm(stack):
         assert all("camRoleName" not in n.inputs for n in plan.of_type(TC_INSTANCE))
     else:
         assert not [r for r in plan.of_type("aws:iam/rolePolicy:RolePolicy") if "munge" in r.name]
-    assert run_policies(plan) == []
+    assert judged_violations(plan) == []
 
 
 def test_scheduler_none_leaves_the_gpu_nodes_as_they_were_and_drops_the_head_node_resources():

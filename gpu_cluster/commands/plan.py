@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from gpu_cluster import files, ui
+from gpu_cluster.pricing import total_words
 from gpu_cluster.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATION, UserError
 
 JOBS_ENV = "GPU_CLUSTER_JOBS"
@@ -262,6 +263,8 @@ def print_stack(stack: str, report: dict, verbose: bool, report_path: str) -> No
     cost = report["monthly_cost"]
     notes = grouped_notes(report["notes"])
     ui.heading(f"{stack}: {len(notes)} note(s)" + ("" if verbose else f" (in full: --verbose or {report_path})"))
+    if "total" in cost:
+        ui.line(f"  cost: {total_words(cost['total'], cost['currency'], cost.get('unpriced_summary', ''))} a month")
     for v in report["violations"]:
         ui.line(f"  {v['enforcement']}: {v['policy']}: {v['message']}")
     for c in cost.get("controls", []):
@@ -284,7 +287,7 @@ def summary_table(reports: list[dict]) -> None:
     ui.table(["stack", "shape", "GPUs", "a month", "budget", "viol."], rows,
              right=("GPUs", "a month", "budget", "viol."))
     ui.line("GPUs: nodes × GPUs per node; viol.: policy violations, mandatory/all"
-            + ("; * excludes unpriced items (the report's monthly_cost.unpriced)" if unpriced else ""))
+            + ("; ≥ …*: a lower bound, unpriced items left out (each stack's cost line names them)" if unpriced else ""))
 
 
 def control_line(control: dict, currency: str) -> str:
@@ -303,7 +306,7 @@ def _amount(value: float) -> str:
 def _money(cost: dict) -> str:
     if cost["unpriced"] and not cost["items"]:
         return "unpriced*"
-    return f"{_amount(cost['total'])} {cost['currency']}" + ("*" if cost["unpriced"] else "")
+    return ("≥" if cost["unpriced"] else "") + f"{_amount(cost['total'])} {cost['currency']}" + ("*" if cost["unpriced"] else "")
 
 
 def print_listing(plan) -> None:

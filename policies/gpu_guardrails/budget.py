@@ -93,12 +93,20 @@ def _budget_covers_estimate(args: Any, report_violation: Any) -> None:
         unit = unit or tencent_currency
         if unit != currency:
             continue
+        named = as_str(get(estimate, "unpricedItems")) or ""
         if total > limit * (1 + tolerance / 100):
             note = f" ({unpriced_n} item(s) could not be priced, so the real figure is higher)" if unpriced_n else ""
             report_violation(
                 f"The estimated monthly cost {total:,.0f} {currency}{note} exceeds budget '{short(b.urn)}' of "
                 f"{limit:,.0f} {unit}; raise cluster.budget.monthly_limit or shrink the cluster (nodes, tier, "
                 f"purchase).", b.urn)
+        elif unpriced_n:
+            # Within the budget only as far as it is priced: the estimate cannot say the budget covers the cluster.
+            report_violation(
+                f"The estimated monthly cost is incomplete: at least {total:,.0f} {currency}, and {unpriced_n} item(s) "
+                f"could not be priced{' (' + named + ')' if named else ''}, so whether budget '{short(b.urn)}' of "
+                f"{limit:,.0f} {unit} covers the cluster is unknown; price them with a price file (gpu-cluster "
+                f"prices) and plan again.", b.urn)
 
 
 budget_covers_estimate = StackValidationPolicy(
@@ -113,6 +121,7 @@ budget_covers_estimate = StackValidationPolicy(
                 "total": {"type": "number", "minimum": 0},
                 "currency": {"type": "string"},
                 "unpriced": {"type": "integer", "minimum": 0},
+                "unpricedItems": {"type": "string"},
             },
             "description": "The stack's estimated monthly cost; filled in by the offline runner from the "
                            "pricer, or by CI from build/plans/<stack>.report.json for `pulumi preview`.",
