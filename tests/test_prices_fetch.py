@@ -247,8 +247,8 @@ def test_tencent_prices_fetch_command_and_offline_pricing(tmp_path, monkeypatch,
     cost = pricing.price_plan(sample_plan("tencent-mid"), load_book(None, cache=out))
     nodes = [i for i in cost.items if i.item.startswith("GPU nodes")]
     assert [(n.origin, n.unit_price) for n in nodes] == [("cache", 70.0), ("cache", 70.0)]
-    # The SDK has no NAT inquiry and no public page prices the standard NAT gateway.
-    assert [i.item for i in cost.unpriced] == ["NAT gateway (standard)"]
+    # The SDK has no NAT inquiry: the catalog's price of the standard NAT gateway (its public page) still applies.
+    assert cost.unpriced == [] and next(i for i in cost.items if i.item.startswith("NAT")).origin == "catalog"
     cfs = next(i for i in cost.items if i.item.startswith("CFS"))
     assert cfs.origin == "catalog", "the SDK has no CFS inquiry: the catalog's CNY price still applies"
 

@@ -144,17 +144,19 @@ def test_aws_sample_stacks_price_as_computed_by_hand(sample_plan, stack):
 # Tencent in CNY: international-site USD prices × the catalog rate, CFS Turbo in CNY. What no public
 # page prices stays unpriced: the GT4 and HCC GPU nodes and the HCC local system disks. The samples run
 # the default TencentOS image, hence no Slurm head node (its pricing is tested below).
-# The standard NAT gateway the program creates has no public price (the page lists traditional ones).
+# The standard NAT gateway the program creates: its instance fee (0.034 USD/h in the mainland regions and Hong
+# Kong), not its CU fee (by use).
 HEAD_DISKS = HSSD * (50 + 20) * USD_CNY
+NAT_STANDARD = 0.034 * 730
 TC_TOTALS = {
-    "tencent-entry": (GN7 * 730 + HSSD * (100 + 200)) * USD_CNY,
-    "tencent-mid": HSSD * (2 * 200 + 2 * 1000 + 2 * 1000) * USD_CNY + 20480 * CFS_TP,
-    "tencent-large": HSSD * (2 * 500 + 2 * 2000) * USD_CNY + 40960 * CFS_TB,
+    "tencent-entry": (GN7 * 730 + HSSD * (100 + 200) + NAT_STANDARD) * USD_CNY,
+    "tencent-mid": (HSSD * (2 * 200 + 2 * 1000 + 2 * 1000) + NAT_STANDARD) * USD_CNY + 20480 * CFS_TP,
+    "tencent-large": (HSSD * (2 * 500 + 2 * 2000) + NAT_STANDARD) * USD_CNY + 40960 * CFS_TB,
 }
 TC_UNPRICED = {
-    "tencent-entry": ["NAT gateway (standard)"],
-    "tencent-mid": ["GPU nodes 1 × GT4.20XLARGE474"] * 2 + ["NAT gateway (standard)"],
-    "tencent-large": ["GPU nodes 1 × HCCPNV6.96XLARGE2304"] * 2 + ["NAT gateway (standard)"],
+    "tencent-entry": [],
+    "tencent-mid": ["GPU nodes 1 × GT4.20XLARGE474"] * 2,
+    "tencent-large": ["GPU nodes 1 × HCCPNV6.96XLARGE2304"] * 2,
 }
 
 
