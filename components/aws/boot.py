@@ -182,7 +182,8 @@ if [ ! -x "$CTL" ]; then
   export GNUPGHOME="$work/gnupg"
   mkdir -m 700 "$GNUPGHOME"
   gpg --batch --quiet --import "$work/agent.gpg"
-  gpg --batch --with-colons --fingerprint | grep -q "^fpr:::::::::$FINGERPRINT:" || fail "unexpected signing key"
+  # grep -c reads all of gpg's output (grep -q would stop early and, with pipefail, SIGPIPE gpg).
+  gpg --batch --with-colons --fingerprint | grep -c "^fpr:::::::::$FINGERPRINT:" > /dev/null || fail "unexpected signing key"
   gpg --batch --verify "$work/agent.deb.sig" "$work/agent.deb" || fail "the agent package signature does not verify"
   # apt-get, not dpkg -i: it waits for the dpkg lock (APT_LOCK_DROPIN, components/cloudinit.py).
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$work/agent.deb" || fail "installing the agent failed"

@@ -345,8 +345,7 @@ if ecc=$(timeout 60 nvidia-smi --query-gpu=index,ecc.errors.uncorrected.volatile
     case "$errors" in ''|*[!0-9]*|0) ;; *) fail "GPU ${index// /} has $errors uncorrectable ECC error(s) since the driver loaded" ;; esac
   done <<< "$ecc"
 fi
-# Xid events since boot whose action is a GPU reset or node drain (NVIDIA Xid catalog, docs.nvidia.com/deploy/
-# xid-errors: 48 double-bit ECC, 74 NVLink, 79 fallen off the bus, 94/95 contained/uncontained ECC).
+# Xids whose remedy is a reset (NVIDIA Xid catalog: 48, 74, 79, 94, 95).
 xid=$(journalctl -k -b -o cat 2>/dev/null | grep -oE 'NVRM: Xid \([^)]*\): (48|74|79|94|95),' | sort -u | head -3 | tr '\n' ' ' || true)
 [ -z "$xid" ] || fail "kernel log: ${xid% }"
 if [ "$WATCH" = 1 ]; then
@@ -417,7 +416,9 @@ if [ "$RDMA_KIND" != none ]; then
     # The EFA installer puts fi_info in /opt/amazon/efa/bin, on PATH only for login shells (AWS EFA
     # user guide, "Verify the EFA installer"); this runs from a systemd unit.
     fi_info=$(command -v fi_info || echo /opt/amazon/efa/bin/fi_info)
-    if ! fi_out=$(timeout 60 "$fi_info" -p efa -t FI_EP_RDM 2>&1) || ! printf '%s' "$fi_out" | grep -q 'provider: efa'; then
+    # A match in the shell, not `| grep -q`: grep stops at the first match, and with pipefail the writer's
+    # SIGPIPE would fail the check on a long listing.
+    if ! fi_out=$(timeout 60 "$fi_info" -p efa -t FI_EP_RDM 2>&1) || [[ "$fi_out" != *"provider: efa"* ]]; then
       fail "libfabric lists no EFA provider (fi_info -p efa -t FI_EP_RDM): $(printf '%s' "$fi_out" | head -c 300)"
     else
       ok "libfabric EFA provider present"
@@ -486,7 +487,10 @@ finish
 
 def node_health_script(c: SlurmCluster) -> str:
     """The GPU node's health check; every expected value comes from the catalog (instances.yaml
-    for the GPUs and EFA/RDMA count, fabric.yaml for NVLink, fabric manager and fio)."""
+    for the GPUs and EFA/RDMA count, fabric.yaml for NVLink, fabric manager and fio). Xid events since boot
+    whose remedy is a GPU reset (48 double-bit ECC, 74 NVLink, 79 fallen off the bus, 94/95 contained and
+    uncontained ECC: NVIDIA's Xid catalog, docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html) fail
+    the check and the watch."""
     o, f, fio, shape = ops(c.cloud), fabric(c.cloud, c.shape.type), fio_settings(), c.shape
     mounts = [d for d, on in ((c.paths.scratch, c.scratch), (c.paths.lustre, c.lustre),
                               (c.paths.data, c.data_disk)) if on]
@@ -599,17 +603,14 @@ if "$BIN/node-health" --drain; then
   exit 0
 fi
 echo "health-recheck: the health check still fails (see $STATUS_FILE); the node stays drained" >&2
-# Only for our own drain. The node is reset: its jobs are requeued (JobRequeue=1), then it is rebooted once,
-# which clears much of what fails a GPU node (a GPU off the bus, uncorrectable ECC errors, a wedged fabric
-# manager); if it fails again, Slurm powers it down (the cloud stops it) and starts it on other hardware when a
-# job needs it (POWER_SAVING=1); if it fails even then, it stays drained for a person (its alarm has fired).
+# Our own drain only: requeue its jobs, reboot once, then power down (replaced), then leave it (docs/slurm.md).
 NODE_NAME=$(cat "$NODE_NAME_FILE" 2>/dev/null || true)
 node=$(scontrol show node "$NODE_NAME" -o 2>/dev/null) || exit 0
 case "$(node_reason "$node")" in
   "$REASON_PREFIX"*) ;;
   *) exit 0 ;;
 esac
-# A one-time spot node cannot be stopped (EC2 stops only persistent spot requests), so it is never powered down.
+# A one-time spot node cannot be stopped.
 case "$node" in *AvailableFeatures=*spot*) POWER_SAVING=0 ;; esac
 if [ -e "$REBOOT_MARK" ] && { [ "$POWER_SAVING" != 1 ] || [ -e "$REPLACE_MARK" ]; }; then
   echo "health-recheck: it failed after its reboot and replacement too: left drained; replace it (pulumi up --replace)" >&2
