@@ -104,8 +104,8 @@ def test_tencent_nodes_name_their_own_data_disk_and_install_turbo_and_the_driver
     turbo = _file(doc, "/usr/local/sbin/gpu-cluster-lustre-client")
     assert "cfs_turbo_client_setup" in turbo
     steps = [c[0].rsplit("/", 1)[-1] for c in doc["runcmd"] if c[0].startswith("/usr/local/sbin/")]
-    # The driver before the fabric manager that must match it (NVSwitch shape).
-    assert steps[-2:] == ["gpu-cluster-gpu-driver", "gpu-cluster-fabric-manager"]
+    # The driver before the fabric manager that must match it (NVSwitch shape), then the HCC RDMA check.
+    assert steps[-3:] == ["gpu-cluster-gpu-driver", "gpu-cluster-fabric-manager", "gpu-cluster-rdma"]
     no_nvswitch = _doc(render(tencent_boot.boot_config(shape=GT4, scratch="disk", lustre_source=None,
                                                        install_driver=True)))
     assert "/usr/local/sbin/gpu-cluster-fabric-manager" not in [f["path"] for f in no_nvswitch["write_files"]]

@@ -201,3 +201,58 @@ def test_data_disk_is_found_by_its_id_never_by_size(sample_plan):
         (script,) = [f["content"] for f in doc["write_files"] if f["path"] == "/usr/local/sbin/gpu-cluster-data"]
         assert "echo disk-" in script and "getsize64" not in script
         assert ["systemctl", "enable", "--now", "--no-block", "gpu-cluster-data.service"] in doc["runcmd"]
+
+
+def _rdma_run(tmp_path, devices: dict[str, tuple[str, str]], agent_active: bool = True):
+    """The HCC RDMA step against a rooted sysfs: devices name → (port state, GID at index 3); a stub systemctl."""
+    import subprocess
+
+    from components import catalog
+    from components.tencentcloud.boot import rdma_step
+
+    root = tmp_path / "root"
+    for name, (state, gid) in devices.items():
+        port = root / f"sys/class/infiniband/{name}/ports/1"
+        (port / "gids").mkdir(parents=True)
+        (port / "state").write_text(state + "\n")
+        if gid:
+            (port / "gids/3").write_text(gid + "\n")
+    (root / "etc").mkdir(parents=True)
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    (stubs / "systemctl").write_text(f"#!/bin/bash\nexit {0 if agent_active else 3}\n")
+    (stubs / "sleep").write_text("#!/bin/bash\n")
+    for f in stubs.iterdir():
+        f.chmod(0o755)
+    script = tmp_path / "rdma"
+    script.write_text(rdma_step(catalog.shape("tencentcloud", "HCCPNV6.96XLARGE2304")).script)
+    import os
+    env = {**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "GPU_CLUSTER_TEST_ROOT": str(root)}
+    return subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=30), root
+
+
+GID = "fe80:0000:0000:0000:5054:00ff:fe12:3456"
+
+
+def test_hcc_nodes_check_rdma_and_write_nccl_settings_for_every_process(tmp_path, sample_plan):
+    """HCC nodes (every scheduler) boot a step that waits for rdma-agent, proves each RDMA port ACTIVE with a GID
+    at NCCL_IB_GID_INDEX, and writes /etc/nccl.conf from the catalog's fabric row; other shapes have no such step."""
+    from components.slurm.fabric import fabric
+
+    r, root = _rdma_run(tmp_path, {f"mlx5_bond_{i}": ("4: ACTIVE", GID) for i in range(8)})
+    assert r.returncode == 0 and "8 RDMA devices ACTIVE" in r.stdout, r.stderr
+    conf = dict(line.split("=", 1) for line in (root / "etc/nccl.conf").read_text().splitlines())
+    assert conf == fabric("tencentcloud", "HCCPNV6.96XLARGE2304").nccl_env and conf["NCCL_IB_GID_INDEX"] == "3"
+    for devices, agent, reason in (
+            ({"mlx5_bond_0": ("1: DOWN", GID)}, True, "mlx5_bond_0 port 1 is 1: DOWN, not ACTIVE"),
+            ({"mlx5_bond_0": ("4: ACTIVE", "0000:0000:0000:0000:0000:0000:0000:0000")}, True, "has no GID at index 3"),
+            ({}, True, "no RDMA device"),
+            ({"mlx5_bond_0": ("4: ACTIVE", GID)}, False, "rdma-agent is not active")):
+        r, _ = _rdma_run(tmp_path / reason.replace(" ", "-").replace(":", ""), devices, agent)
+        assert r.returncode == 1 and reason in r.stderr, (reason, r.stderr)
+    import json
+
+    large = [json.dumps(document(n)) for n in inputs_of(sample_plan("tencent-large"), INSTANCE)]
+    entry = [json.dumps(document(n)) for n in inputs_of(sample_plan("tencent-entry"), INSTANCE)]
+    assert large and all("gpu-cluster-rdma" in d for d in large)
+    assert entry and not [d for d in entry if "gpu-cluster-rdma" in d]

@@ -82,6 +82,47 @@ systemctl enable --now nvidia-fabricmanager.service || fail "nvidia-fabricmanage
 """)
 
 
+# RDMA on HCC nodes. Tencent's rdma-agent service configures the RDMA NICs; it "is installed by default on HCC
+# GPU instances" created from its public Linux images that support RDMA (Tencent Cloud documentation,
+# tencentcloud.com/document/product/1236/77056), and an HCC node has one primary NIC and eight RDMA bond NICs
+# (TKE documentation, "rdma-agent", cloud.tencent.com/document/product/457/116719). The step waits for the agent,
+# then proves every RDMA device's port ACTIVE with a GID at the index NCCL is told to use, and writes NCCL's
+# settings to /etc/nccl.conf, which NCCL reads in every process, Slurm job or not ("NCCL_CONF_FILE ... /etc/
+# nccl.conf": NCCL documentation, "Environment Variables"). The exact device count is not published, so it is
+# not judged here; the Slurm health check counts them where the catalog knows the number.
+RDMA_AGENT_WAIT_S = 600
+_RDMA_SH = r"""
+root=${GPU_CLUSTER_TEST_ROOT:-}
+for ((w = 0; w < {wait}; w += 5)); do systemctl is-active --quiet rdma-agent && break; sleep 5; done
+systemctl is-active --quiet rdma-agent || fail "rdma-agent is not active: the image lacks Tencent's RDMA stack"
+n=0
+for dev in "$root"/sys/class/infiniband/*; do
+  [ -e "$dev" ] || continue
+  n=$((n + 1))
+  state=$(cat "$dev/ports/1/state" 2>/dev/null || echo missing)
+  case "$state" in *ACTIVE*) ;; *) fail "RDMA device ${dev##*/} port 1 is $state, not ACTIVE" ;; esac
+  case "$(cat "$dev/ports/1/gids/{gid_index}" 2>/dev/null || true)" in
+    ''|0000:0000:0000:0000:0000:0000:0000:0000) fail "RDMA device ${dev##*/} has no GID at index {gid_index}" ;;
+  esac
+done
+[ "$n" -gt 0 ] || fail "no RDMA device"
+printf '%s' {nccl} > "$root"/etc/nccl.conf
+echo "$NAME: $n RDMA devices ACTIVE"
+"""
+
+
+def rdma_step(shape: Shape) -> Step:
+    """The HCC node's RDMA check and NCCL settings (the catalogue's fabric row: components/catalog/fabric.yaml)."""
+    from components.slurm.fabric import fabric
+
+    env = fabric(shape.cloud, shape.type).nccl_env
+    nccl = shlex.quote("".join(f"{k}={v}\n" for k, v in sorted(env.items())))
+    return Step("gpu-cluster-rdma", bash_script(
+        "gpu-cluster-rdma", "Check the HCC node's RDMA devices and write NCCL's RDMA settings",
+        _RDMA_SH.replace("{wait}", str(RDMA_AGENT_WAIT_S)).replace("{gid_index}", str(env["NCCL_IB_GID_INDEX"]))
+        .replace("{nccl}", nccl)))
+
+
 def driver_step() -> Step:
     versions = "".join(f"{k}={v}\n" for k, v in DRIVER_VERSIONS.items())
     return Step("gpu-cluster-gpu-driver", bash_script(
@@ -98,6 +139,8 @@ def boot_config(*, shape: Shape, scratch: str, lustre_source: Optional[str], ins
         steps.append(driver_step())
         if shape.interconnect == "nvswitch":
             steps.append(Step("gpu-cluster-fabric-manager", _FABRIC_MANAGER_SH))
+    if shape.hpc:
+        steps.append(rdma_step(shape))
     return BootConfig(
         nvme_devices=shape.nvme_count,
         nvme_model=None,  # Tencent publishes no model string for local NVMe: blank, unmounted NVMe disks

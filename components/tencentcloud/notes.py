@@ -41,6 +41,12 @@ def _shape_and_network_notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
     if shape.hpc:
         out.append(f"{shape.type} is an HCC shape sold to accounts Tencent enables for it (imroc/tke-guide, a Tencent "
                    f"engineer's guide): have it enabled for the account before `pulumi up`")
+        out.append("RDMA: every HCC node's boot step gpu-cluster-rdma waits for Tencent's rdma-agent, checks that every "
+                   "RDMA device's port is ACTIVE with a GID at NCCL_IB_GID_INDEX, and writes NCCL's RoCE settings to "
+                   "/etc/nccl.conf for every process; a failure stops the step with the reason (journalctl -u "
+                   "gpu-cluster-rdma) and, with Slurm, the health check drains the node. Not verifiable offline: "
+                   "the image carrying the RDMA stack, and the NCCL values, which the catalog marks unconfirmed "
+                   "(gpu-cluster catalog)")
     return out
 
 
