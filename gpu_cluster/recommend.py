@@ -104,6 +104,10 @@ class Candidate:
     """When the node price is an estimate (another region's, an unconfirmed copy): the price's date."""
     items: list[dict] = field(default_factory=list)
     """The priced items of the stack it would write, as `plan` prices them (LineItem fields)."""
+    rank_reason: str = ""
+    """Why the row is where it is (rank())."""
+    cost_currency_shown: str = ""
+    """The currency run_cost and monthly_cost are in (the recommendation's)."""
 
     @property
     def fits_memory(self) -> bool:
@@ -133,6 +137,7 @@ class Candidate:
                 "monthly_cost": None if self.monthly_cost is None else round(self.monthly_cost, 2),
                 "block_hours": self.block_hours, "node_price_estimate_as_of": self.estimated_price or None,
                 "within_budget": self.within_budget, "unpriced": self.unpriced, "why": self.why,
+                "rank_reason": self.rank_reason,
                 "failed": self.failures(), "items": self.items}
 
 
@@ -347,11 +352,54 @@ def _cost(c: "Candidate", cost: Any, rate: Any, currency: str, limit: float) -> 
         run = hourly * c.hours + c.fixed_month * min(c.hours, HOURS_PER_MONTH) / HOURS_PER_MONTH
         month = hourly * min(c.hours, HOURS_PER_MONTH) + c.fixed_month
     c.run_cost = rate.convert(run, cost.currency, currency)
+    c.cost_currency_shown = currency
     c.monthly_cost = rate.convert(month, cost.currency, currency)
     c.within_budget = c.monthly_cost <= limit
 
 
-def recommend(w: Workload, book: PriceBook) -> Recommendation:
+SORTS = ("cost", "time")
+"""How feasible candidates are ordered: cost (the default: the cheapest run that meets the target, then the
+fastest) or time (the fastest, then the cheapest)."""
+
+
+def rank(candidates: list["Candidate"], sort: str = "cost") -> None:
+    """Orders `candidates` in place and says why each row is where it is (Candidate.rank_reason).
+
+    Feasible ones first (they fit in memory, meet the target hours and are priced within the budget), by the
+    cost of the whole training run and then its hours (sort cost), or the reverse (sort time); equal ones favour
+    fewer, larger nodes (less to go wrong across nodes). Then the near misses, each said why it is out: memory is
+    the hardest constraint to change, then time, then budget, then a missing price."""
+    if sort not in SORTS:
+        raise ValueError(f"sort must be one of {', '.join(SORTS)}, not {sort!r}")
+
+    def cost(c: "Candidate") -> float:
+        return c.run_cost if c.run_cost is not None else math.inf
+
+    def key(c: "Candidate") -> tuple:
+        first, second = (cost(c), c.hours) if sort == "cost" else (c.hours, cost(c))
+        return (not c.feasible, not c.fits_memory, not c.meets_time, c.within_budget is None,
+                c.within_budget is False, first, second, c.nodes)
+
+    candidates.sort(key=key)
+    best = next((c for c in candidates if c.feasible), None)
+    for i, c in enumerate(candidates):
+        if not c.feasible:
+            c.rank_reason = "out: " + ", ".join(c.failures())
+        elif c is best:
+            c.rank_reason = ("the cheapest run that meets the workload" if sort == "cost"
+                             else "the fastest run that meets the workload")
+        else:
+            more = cost(c) - cost(best)
+            slower = c.hours - best.hours
+            parts = []
+            if abs(more) >= 0.5:
+                parts.append(f"{abs(more):,.0f} {c.cost_currency_shown} {'more' if more > 0 else 'less'}")
+            if abs(slower) >= 0.5:
+                parts.append(f"{abs(slower):,.0f} h {'slower' if slower > 0 else 'faster'}")
+            c.rank_reason = f"than #1: {', '.join(parts) or 'the same cost and time, more nodes'}"
+
+
+def recommend(w: Workload, book: PriceBook, sort: str = "cost") -> Recommendation:
     # Over 60 lines on purpose: the model's steps (memory, time, purchase, placement, price, verdict) read in
     # the order docs/recommend.md states them, one candidate at a time; split up, the closures over the
     # shape's figures (need, hours) would travel through every helper.
@@ -408,14 +456,7 @@ def recommend(w: Workload, book: PriceBook) -> Recommendation:
                         _cost(c, priced_render(w, c, book, rate), rate, currency, w.budget.monthly_limit)
                     c.why = _why(c, w, currency, gpu)
                     candidates.append(c)
-    order = {t: i for i, t in enumerate(tiers.TIERS)}
-    # Feasible first (smallest tier, then cheapest, then fastest); then the near misses: memory is the
-    # hardest constraint to change, then time, then budget, then a missing price.
-    untimed = w.target_hours is None
-    candidates.sort(key=lambda c: (not c.feasible, not c.fits_memory, not c.meets_time, c.within_budget is None,
-                                   c.within_budget is False, order[c.tier] if c.feasible and not untimed else 0,
-                                   (c.run_cost if untimed else c.monthly_cost) if c.monthly_cost is not None
-                                   else math.inf, c.hours))
+    rank(candidates, sort)
     return Recommendation(
         workload=w, tokens=tokens, flops=flops, candidates=candidates, rate=rate, currency=currency,
         sources=book.describe(),

@@ -289,3 +289,42 @@ def test_the_top_pick_is_priced_item_by_item_as_plan_prices_the_stack_it_writes(
 
     quoted = sorted(key(i) for i in out["recommendation"]["items"])
     assert quoted and quoted == sorted(key(i) for i in planned["items"] + planned["unpriced"])
+
+
+def _candidate(shape: str, nodes: int, hours: float, run: float, **kw):
+    from gpu_cluster.recommend import Candidate
+
+    s = catalog.shape("aws", shape)
+    args = dict(cloud="aws", tier="large", shape=s, region="us-east-1", zone="us-east-1a", nodes=nodes,
+                purchase="on_demand", gpus=nodes * s.gpu_count, need_gib=10.0, have_gib=70.0, hours=hours,
+                cost_currency="USD", node_month=1.0, fixed_month=0.0, run_cost=run, monthly_cost=run,
+                within_budget=True, cost_currency_shown="USD")
+    args.update(kw)
+    return Candidate(**args)
+
+
+def test_feasible_candidates_rank_by_run_cost_then_hours_then_fewer_nodes_and_say_why():
+    """The issue's case: 4 × p4d in 73 h for 46,295 against 2 × p5 in 46 h for 44,247 — the faster, cheaper one is
+    first whatever its tier or node count; --sort time puts the fastest first; rows say why; near misses are out."""
+    from gpu_cluster.recommend import rank
+
+    p4d = _candidate("p4d.24xlarge", 4, 73, 46_295, tier="mid")
+    p5 = _candidate("p5.48xlarge", 2, 46, 44_247)
+    p5_more_nodes = _candidate("p5.48xlarge", 4, 46, 44_247)
+    slow = _candidate("p5.48xlarge", 1, 200, 30_000, meets_time=False)
+    over = _candidate("p5.48xlarge", 8, 20, 90_000, within_budget=False)
+    rows = [slow, p4d, over, p5_more_nodes, p5]
+    rank(rows)
+    # Near misses after: a budget miss before a time miss (time is harder to change than the budget).
+    assert [id(r) for r in rows] == [id(p5), id(p5_more_nodes), id(p4d), id(over), id(slow)]
+    assert p5.rank_reason == "the cheapest run that meets the workload"
+    assert p5_more_nodes.rank_reason == "than #1: the same cost and time, more nodes"
+    assert p4d.rank_reason == "than #1: 2,048 USD more, 27 h slower"
+    assert (slow.rank_reason, over.rank_reason) == ("out: time", "out: budget")
+    fast = _candidate("p5.48xlarge", 4, 23, 50_000)
+    rows = [p4d, p5, fast]
+    rank(rows, "time")
+    assert [id(r) for r in rows] == [id(fast), id(p5), id(p4d)] and fast.rank_reason == "the fastest run that meets the workload"
+    assert p5.rank_reason == "than #1: 5,753 USD less, 23 h slower"
+    with pytest.raises(ValueError, match="sort must be one of cost, time"):
+        rank(rows, "price")

@@ -31,6 +31,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--email", action="append", default=[], metavar="ADDR",
                    help=f"budget alert address for the written stack (repeatable; default {PLACEHOLDER_EMAIL}, "
                         f"which you must replace)")
+    p.add_argument("--sort", choices=("cost", "time"), default="cost",
+                   help="order of the candidates that meet the workload: cost (the cheapest run first, the default) "
+                        "or time (the fastest first)")
     p.add_argument("--top", type=int, default=12, metavar="N", help="rows to show (default 12; --json has all)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(run=run)
@@ -96,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--top {args.top}: allowed: 1 or more")
     book = load_book(Path(args.prices) if args.prices else None,
                      usd_cny=args.usd_cny if args.usd_cny is not None else w.usd_cny)
-    rec = recommend(w, book)
+    rec = recommend(w, book, sort=args.sort)
     top = rec.top
     written = _write_stack(args, rec, w) if top is not None and args.write_stack else None
     assumed = w.defaulted()
@@ -124,10 +127,11 @@ def run(args: argparse.Namespace) -> int:
         rows.append([i, c.cloud, c.region, c.tier, c.shape.type, c.nodes, c.purchase,
                      "yes" if c.fits_memory else "no", f"{c.hours:,.0f}",
                      _money(c.run_cost, cur) if c.fits_memory else "—", _money(c.monthly_cost, cur) if c.fits_memory else "—",
-                     {True: "yes", False: "no", None: "unknown" if c.fits_memory else "—"}[c.within_budget], c.why])
+                     {True: "yes", False: "no", None: "unknown" if c.fits_memory else "—"}[c.within_budget],
+                     c.rank_reason, c.why])
     ui.table(["#", "cloud", "region", "tier", "shape", "nodes", "purchase", "fits memory", "hours", "run cost", "monthly cost",
-              "within budget", "why"], rows, right=("#", "nodes", "hours", "run cost", "monthly cost"),
-             title=f"candidates ({len(rec.candidates)}; best first)")
+              "within budget", "rank", "why"], rows, right=("#", "nodes", "hours", "run cost", "monthly cost"),
+             title=f"candidates ({len(rec.candidates)}; best first by {'run cost, then hours' if args.sort == 'cost' else 'hours, then run cost'})")
     for line in book.describe():
         ui.line(f"prices: {line}")
     if top is None:
