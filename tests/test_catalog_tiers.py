@@ -9,7 +9,7 @@ import pytest
 from components import catalog, tiers
 from components.catalog import CLOUDS
 
-KNOWN_SOURCES = {"skypilot", "karpenter", "torchx", "ec2-efa", "ec2-accel", "tc-gpu", "tke-guide", "tc-hcc"}
+KNOWN_SOURCES = {"aws-offers", "skypilot", "karpenter", "torchx", "ec2-efa", "ec2-accel", "tc-gpu", "tke-guide", "tc-hcc"}
 
 
 def all_shapes():
@@ -113,3 +113,16 @@ def test_catalog_prices_every_shape_in_every_region_as_plan_does():
                 assert price["currency"] == price_plan(_one_node_plan(shape, region), book).currency
                 checked += 1
     assert checked > 40
+
+
+def test_aws_shapes_record_where_they_are_sold_with_their_partitions():
+    """From the AWS Price List (aws-offers): p5 is not sold in China; g5 and g4dn are, in both China regions;
+    p4d only in Ningxia; GovCloud where it has a price."""
+    p5, g5, p4d = (catalog.shape("aws", t) for t in ("p5.48xlarge", "g5.xlarge", "p4d.24xlarge"))
+    assert not catalog.sold_in(p5, "cn-north-1") and catalog.sold_in(p5, "us-east-1") and "us-gov-west-1" in p5.regions
+    assert {"cn-north-1", "cn-northwest-1"} <= set(g5.regions) and "us-gov-west-1" not in g5.regions
+    assert catalog.sold_in(p4d, "cn-northwest-1") and not catalog.sold_in(p4d, "cn-north-1")
+    recorded = [s for s in catalog.shapes("aws").values() if "aws-offers" in s.source]
+    assert len(recorded) == 10 and all(s.regions for s in recorded)
+    # p4de's two regions come from its SkyPilot row (DescribeInstanceTypeOfferings data), as before.
+    assert catalog.shape("aws", "p4de.24xlarge").regions == ("us-east-1", "us-west-2")
