@@ -49,7 +49,8 @@ def recommend_pretrain(tmp_path, capsys, name: str, tokens: float, usd_month: fl
 def test_startup_scenario_gets_a_stack_that_renders_clean_within_budget(tmp_path, capsys):
     """50 GB of data, ~100 h, 100,000 CNY a month, multi-node, either cloud (a 7B full fine-tune)."""
     stack = tmp_path / "Pulumi.startup-7b.yaml"
-    status, out = run_json(capsys, str(EXAMPLES / "startup-7b.yaml"), "--write-stack", str(stack))
+    status, out = run_json(capsys, str(EXAMPLES / "startup-7b.yaml"), "--write-stack", str(stack),
+                           "--email", "ml@example.com")
     assert status == 0
     top = out["recommendation"]
     assert top["monthly_cost"] <= 100000 and out["currency"] == "CNY"
@@ -70,7 +71,8 @@ def test_the_issue_seed_gets_a_capacity_block_within_budget_that_renders_clean(t
     """14B full fine-tune, 3 epochs of 50 GB: ≈ 3.15e21 FLOPs, ≈ 2,200 H100-hours at 40 % MFU. On demand
     that is more than 100,000 CNY at AWS list prices; a 72-h Capacity Block of 4 × p5.48xlarge is not."""
     stack = tmp_path / "Pulumi.seed.yaml"
-    status, out = run_json(capsys, str(EXAMPLES / "startup-seed.yaml"), "--write-stack", str(stack))
+    status, out = run_json(capsys, str(EXAMPLES / "startup-seed.yaml"), "--write-stack", str(stack),
+                           "--email", "ml@example.com")
     assert status == 0
     assert out["training"]["flops"] == pytest.approx(6 * 14e9 * 50e9 / 4 * 3)
     top = out["recommendation"]
@@ -328,3 +330,15 @@ def test_feasible_candidates_rank_by_run_cost_then_hours_then_fewer_nodes_and_sa
     assert p5.rank_reason == "than #1: 5,753 USD less, 23 h slower"
     with pytest.raises(ValueError, match="sort must be one of cost, time"):
         rank(rows, "price")
+
+
+def test_write_stack_needs_an_address_and_never_writes_a_placeholder(tmp_path, capsys):
+    """A placeholder budget address planned clean and warned nobody: --write-stack without --email is one sentence,
+    exit 2, and no file."""
+    from gpu_cluster.cli import main
+
+    stack = tmp_path / "Pulumi.pick.yaml"
+    status = main(["recommend", str(EXAMPLES / "lora-7b.yaml"), "--write-stack", str(stack)])
+    err = capsys.readouterr().err
+    assert status == 2 and not stack.exists()
+    assert "--write-stack" in err and "without --email" in err and "allowed: one or more --email ADDR" in err

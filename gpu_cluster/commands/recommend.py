@@ -17,7 +17,6 @@ from pathlib import Path
 from gpu_cluster import files, ui
 from gpu_cluster.errors import EXIT_OK, EXIT_VIOLATION, UserError
 
-PLACEHOLDER_EMAIL = "change-me@example.com"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -29,8 +28,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "(default: the workload's usd_cny, else the price file's, else the catalog's dated rate)")
     p.add_argument("--write-stack", metavar="PATH", help="write the top pick as a stack file (Pulumi.<name>.yaml)")
     p.add_argument("--email", action="append", default=[], metavar="ADDR",
-                   help=f"budget alert address for the written stack (repeatable; default {PLACEHOLDER_EMAIL}, "
-                        f"which you must replace)")
+                   help="budget alert address for the written stack (repeatable; required with --write-stack: "
+                        "no placeholder address is ever written)")
     p.add_argument("--sort", choices=("cost", "time"), default="cost",
                    help="order of the candidates that meet the workload: cost (the cheapest run first, the default) "
                         "or time (the fastest first)")
@@ -58,7 +57,7 @@ def _write_stack(args: argparse.Namespace, rec, w) -> Path:
     from gpu_cluster.recommend import stack_document
 
     top = rec.top
-    emails = tuple(args.email) or (PLACEHOLDER_EMAIL,)
+    emails = tuple(args.email)
     try:
         doc = stack_document(rec, top, emails)
     except SpecError as e:
@@ -70,7 +69,6 @@ def _write_stack(args: argparse.Namespace, rec, w) -> Path:
               f"{top.shape.type} ({top.cloud} {top.tier}, {top.purchase}), est. {top.hours:,.0f} h of training, "
               f"{top.monthly_cost:,.0f} {rec.currency}/month in the month of the run.\n"
               f"# Exchange rate: {rec.rate.label}.\n"
-              + (f"# Replace the placeholder budget e-mail {PLACEHOLDER_EMAIL}.\n" if not args.email else "")
               + (f"# A {top.block_hours}-h EC2 Capacity Block, step one of two: set capacity.start_date to the day it "
                  f"should start (within 8 weeks); `pulumi up` buys it, paid up front and not refundable, and "
                  f"launches no node. Then set capacity.reservation_id to the stack output capacity_reservation_id: "
@@ -85,18 +83,27 @@ def _write_stack(args: argparse.Namespace, rec, w) -> Path:
     return path
 
 
-def run(args: argparse.Namespace) -> int:
+def _check(args: argparse.Namespace) -> None:
+    """The options, each refused in one sentence."""
     import math
 
+    if args.usd_cny is not None and not (math.isfinite(args.usd_cny) and args.usd_cny > 0):
+        raise UserError(f"--usd-cny {args.usd_cny!r}: allowed: a positive number of CNY per USD, e.g. 7.1")
+    if args.top < 1:
+        raise UserError(f"--top {args.top}: allowed: 1 or more")
+    if args.write_stack and not args.email:
+        raise UserError(f"--write-stack {args.write_stack} without --email: the stack's budget alerts need an address "
+                        f"that reaches someone (a placeholder would plan clean and warn nobody); allowed: one or "
+                        f"more --email ADDR")
+
+
+def run(args: argparse.Namespace) -> int:
     from gpu_cluster import workload as wl
     from gpu_cluster.pricebook import load_book
     from gpu_cluster.recommend import recommend
 
     w = wl.load(Path(args.workload))
-    if args.usd_cny is not None and not (math.isfinite(args.usd_cny) and args.usd_cny > 0):
-        raise UserError(f"--usd-cny {args.usd_cny!r}: allowed: a positive number of CNY per USD, e.g. 7.1")
-    if args.top < 1:
-        raise UserError(f"--top {args.top}: allowed: 1 or more")
+    _check(args)
     book = load_book(Path(args.prices) if args.prices else None,
                      usd_cny=args.usd_cny if args.usd_cny is not None else w.usd_cny)
     rec = recommend(w, book, sort=args.sort)
