@@ -11,9 +11,11 @@ The model (every constant below is stated in the output and in docs/recommend.md
   lora: 2 bytes/param of frozen bf16 weights plus adapters trained with Adam at 16 bytes per adapter
   parameter, taken as 1 % of the model (Hu et al., LoRA, arXiv:2106.09685: GPT-3 175B training VRAM
   1.2 TB → 350 GB, i.e. ≈ 2 bytes/param): 2.16 bytes/param.
-- **Time**. Training FLOPs ≈ 6 × parameters × tokens (forward + backward; Kaplan et al., Scaling Laws
-  for Neural Language Models, arXiv:2001.08361, §2.1: C ≈ 6NBS) — an upper bound for LoRA, which skips
-  the frozen weights' gradients. Hours = FLOPs / (GPUs × peak dense BF16 (FP16 on T4) TFLOPS from
+- **Time**. Training FLOPs per parameter and token by method (`FLOPS_PER_PARAM_TOKEN`): full and pretrain 6
+  (forward 2N, backward twice that: Kaplan et al., Scaling Laws for Neural Language Models, arXiv:2001.08361,
+  §2.1, C ≈ 6NBS); lora 4 — the backward pass still computes the activations' gradients through the frozen
+  weights (2N) but not the frozen weights' own gradients (2N), and the adapters (taken as 1 % of the model
+  above) add a negligible 1 %. Hours = FLOPs / (GPUs × peak dense BF16 (FP16 on T4) TFLOPS from
   components/catalog/gpus.yaml × `MFU`) / 3600. `MFU` = 40 %: Llama 3 405B pre-training reports
   38-43 % BF16 model-FLOPs utilisation on 8-16 K H100s (Llama Team, The Llama 3 Herd of Models,
   arXiv:2407.21783, Table 4). Scaling across nodes is taken as linear at that utilisation.
@@ -34,11 +36,9 @@ The model (every constant below is stated in the output and in docs/recommend.md
   whole length, whatever runs: the candidate takes the node count AWS sells (1, 2, 4, 8, …) and the
   shortest block that lasts the estimated training hours plus `BLOCK_OVERHEAD_HOURS`, and pays for every
   hour of it in the month it is bought, however long the block. The output states the hours to spare.
-- **Ranking**. Candidates that fit memory, time and budget first: the smallest tier that does the job
-  (fewer, more available GPUs; lower always-on cost), then the lowest monthly cost, then the fastest.
-  Without target_hours no deadline bounds the run, and the smallest tier would win with the slowest
-  run of all (a 70B pre-training for years on A100s): then the lowest cost of the whole run comes
-  first, then the fastest.
+- **Ranking** (rank()). Candidates that fit memory, time and budget first, by the cost of the whole run, then
+  its hours (`--sort time`: hours, then cost), fewer nodes first on a tie; never by tier. Then the near
+  misses, each with what keeps it out.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ BYTES_PER_PARAM = {"full": 16.0, "pretrain": 16.0, "lora": 2.16}
 USABLE_MEMORY = 0.80
 MFU = 0.40
 BYTES_PER_TOKEN = 4.0
-FLOPS_PER_PARAM_TOKEN = 6
+FLOPS_PER_PARAM_TOKEN = {"full": 6, "pretrain": 6, "lora": 4}
 HOURS_PER_MONTH = 730
 BLOCK_OVERHEAD_HOURS = 1.5
 """What a Capacity Block must hold beyond the training: EC2 begins terminating its instances 30 minutes
@@ -405,7 +405,7 @@ def recommend(w: Workload, book: PriceBook, sort: str = "cost") -> Recommendatio
     # shape's figures (need, hours) would travel through every helper.
     gpus_yaml = gpus_catalog()
     tokens = training_tokens(w)
-    flops = FLOPS_PER_PARAM_TOKEN * w.model_params * tokens
+    flops = FLOPS_PER_PARAM_TOKEN[w.method] * w.model_params * tokens
     currency = w.budget.currency
     rate = book.rate
     candidates: list[Candidate] = []
@@ -461,7 +461,7 @@ def recommend(w: Workload, book: PriceBook, sort: str = "cost") -> Recommendatio
         workload=w, tokens=tokens, flops=flops, candidates=candidates, rate=rate, currency=currency,
         sources=book.describe(),
         assumptions={"bytes_per_param": BYTES_PER_PARAM[w.method], "usable_gpu_memory": USABLE_MEMORY, "mfu": MFU,
-                     "flops_per_param_token": FLOPS_PER_PARAM_TOKEN,
+                     "flops_per_param_token": FLOPS_PER_PARAM_TOKEN[w.method],
                      "bytes_per_token": BYTES_PER_TOKEN if w.tokens is None else None,
                      "hours_per_month": HOURS_PER_MONTH})
 

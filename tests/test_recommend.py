@@ -197,6 +197,10 @@ def test_time_model_six_n_d_over_peak_dense_bf16_at_40_percent():
     p5 = next(c for c in rec.candidates if c.shape.type == "p5.48xlarge")
     # 6 × 7e9 × (50e9 / 4 × 3) FLOPs over 16 H100s × 989.4 TFLOPS × 0.4: 69.1 h, by hand.
     assert p5.nodes == 2 and p5.hours == pytest.approx(69.09, abs=0.01)
+    # LoRA: 4 FLOPs per parameter and token (no gradients of the frozen weights): two thirds of the time.
+    lora = recommend(w.model_copy(update={"method": "lora"}), catalog_book())
+    p5_lora = next(c for c in lora.candidates if c.shape.type == "p5.48xlarge" and c.nodes == 2)
+    assert p5_lora.hours == pytest.approx(69.09 * 4 / 6, abs=0.01) and lora.assumptions["flops_per_param_token"] == 4
 
 
 def test_exchange_rate_override_is_named_and_used(capsys):
