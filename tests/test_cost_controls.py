@@ -180,7 +180,7 @@ def test_the_plan_says_which_mechanism_stops_an_idle_node():
 
     [slurm] = notes({"scheduler": "slurm"})
     assert slurm.startswith("idle_stop with Slurm: Slurm power saving") and "no job for 60 min" in slurm
-    assert "CPU-only phase keeps its node" in slurm and "slurm-resume" in slurm
+    assert "CPU-only phase keeps its node" in slurm and "power agent" in slurm
     [alarm] = notes({"scheduler": "none"})
     assert alarm.startswith("idle_stop: a CloudWatch alarm") and "below 5 %" in alarm
     assert notes({"scheduler": "slurm", "idle_stop": None}) == []
@@ -318,7 +318,13 @@ def test_with_slurm_slurm_alone_starts_and_stops_the_gpu_nodes(sample_plan):
     assert conf.rstrip().endswith("State=UP SuspendTime=3600")
     window = written["/opt/gpu-cluster/bin/slurm-window"]
     assert "TIMEZONE='America/New_York'" in window and "WINDOWS='0,1,2,3,4 480 1200'" in window
-    assert "gpu-cluster-slurm-window.timer" in json.dumps(load_yaml(boot_document(head))["runcmd"])
+    runcmd = json.dumps(load_yaml(boot_document(head))["runcmd"])
+    assert "gpu-cluster-slurm-window.timer" in runcmd and "gpu-cluster-power-agent.service" in runcmd
+    # The power programs only queue; the root agent calls EC2: the metadata service stays root's alone.
+    assert "aws ec2" not in written["/opt/gpu-cluster/bin/slurm-resume"]
+    assert "aws ec2 start-instances" in written["/opt/gpu-cluster/bin/power-agent"]
+    assert "--uid-owner 0 -j RETURN" in written["/opt/gpu-cluster/bin/metadata-guard"]
+    assert "64030" not in written["/opt/gpu-cluster/bin/metadata-guard"]
     hold = next(r for r in plan.of_type(ACTION) if r.name.endswith("hold-starts"))
     head_role = next(r for r in plan.of_type(ROLE) if r.name.endswith("-head-role"))
     assert hold.inputs["definition"]["iamActionDefinition"]["roles"] == [head_role.outputs["name"]]

@@ -88,7 +88,12 @@ def test_every_sample_stack_renders_a_head_node_and_slurm(stack):
     assert {"slurmctld", "munge"} <= set(doc["packages"])
     paths = {f["path"] for f in doc["write_files"]}
     assert {"/etc/slurm/slurm.conf", "/etc/slurm/gres.conf", "/etc/slurm/cgroup.conf"} <= paths
-    assert doc["runcmd"][-1] == ["systemctl", "enable", "--now", "slurmctld.service"]
+    started = [c[-1] for c in doc["runcmd"] if c[:3] == ["systemctl", "enable", "--now"]]
+    # slurmctld, then (AWS: Slurm powers the GPU nodes) the root agent that starts and stops them.
+    if c.power_saving:
+        assert started[-2:] == ["slurmctld.service", "gpu-cluster-power-agent.service"]
+    else:
+        assert started[-1] == "slurmctld.service"
 
 
 def test_slurm_conf_keys_that_make_the_design_work():
@@ -776,12 +781,20 @@ def _power_env(tmp_path, instances: str, start_fails: int = 0):
     return stub_env(bin_dir, state, virtual_clock=True), state
 
 
-def test_the_resume_program_starts_the_named_nodes_instances_and_sets_down_what_it_cannot(tmp_path):
-    c = cluster(nodes=3)
+def test_the_power_programs_queue_requests_that_the_root_agent_carries_out(tmp_path):
+    """slurmctld's resume/suspend programs (SlurmUser) only queue the hostlist; power-agent (root) starts the named
+    nodes' instances, sets DOWN what it cannot start (a terminated node; a start refused every try), stops what
+    suspend names, and ignores a request that is not a hostlist."""
+    c = cluster(nodes=3, paths=Paths().rooted(str(tmp_path / "node")))
     env, st = _power_env(tmp_path, "0\ti-000\n2\ti-222\nNone\ti-head\n", start_fails=2)
-    resume = tmp_path / "slurm-resume"
-    r = _run(resume, power.power_script(c, "resume"), env, "llm-node-[0-2]")
-    assert r.returncode == 0, r.stderr
+    spool = Path(c.paths.power_spool)
+    spool.mkdir(parents=True)
+    r = _run(tmp_path / "slurm-resume", power.request_script(c, "resume"), env, "llm-node-[0-2]")
+    [request] = list(spool.iterdir())
+    assert r.returncode == 0 and request.name.endswith(".resume") and request.read_text() == "llm-node-[0-2]"
+    agent = tmp_path / "power-agent"
+    r = _run(agent, power.agent_script(c, max_polls=1), env)
+    assert r.returncode == 0 and not list(spool.iterdir()), r.stderr
     # Node 1 has no instance (terminated): DOWN with the reason, its jobs go elsewhere; the others start, once
     # the instances that were still stopping can (two refusals, then the third try).
     assert (st / "ec2.log").read_text() == "start i-000 i-222\n"
@@ -789,13 +802,16 @@ def test_the_resume_program_starts_the_named_nodes_instances_and_sets_down_what_
     assert (st / "sleep.log").read_text().split() == ["sleep", "30", "sleep", "30"]
     assert "--filters Name=tag:gpu-cluster:name,Values=llm Name=tag-key,Values=gpu-cluster:node" in (st / "aws.log").read_text()
     write_state(st, fails=99)
-    r = _run(resume, power.power_script(c, "resume"), env, "llm-node-[0-0]")
-    assert r.returncode == 1 and "state=down reason=gpu-cluster-power: could not start: " in (st / "scontrol.log").read_text()
-    suspend = _run(tmp_path / "slurm-suspend", power.power_script(c, "suspend"), env, "llm-node-[2-2]")
-    assert suspend.returncode == 0 and (st / "ec2.log").read_text().splitlines()[-1] == "stop i-222"
+    _run(tmp_path / "slurm-resume", power.request_script(c, "resume"), env, "llm-node-[0-0]")
+    _run(agent, power.agent_script(c, max_polls=1), env)
+    assert "state=down reason=gpu-cluster-power: could not start: " in (st / "scontrol.log").read_text()
+    _run(tmp_path / "slurm-suspend", power.request_script(c, "suspend"), env, "llm-node-[2-2]")
+    (spool / "0-1.resume").write_text("llm-node-0; reboot")
+    r = _run(agent, power.agent_script(c, max_polls=1), env)
+    assert (st / "ec2.log").read_text().splitlines()[-1] == "stop i-222" and "ignored a malformed request" in r.stderr
     with pytest.raises(ValueError, match="no power saving commands for tencentcloud"):
-        power.power_script(dataclasses.replace(c, cloud="tencentcloud", shape=catalog.shape(
-            "tencentcloud", "HCCPNV6.96XLARGE2304")), "resume")
+        power.agent_script(dataclasses.replace(c, cloud="tencentcloud", shape=catalog.shape(
+            "tencentcloud", "HCCPNV6.96XLARGE2304")))
 
 
 def test_the_window_timer_closes_the_partition_and_powers_nodes_down_outside_and_opens_it_inside(tmp_path):

@@ -107,8 +107,8 @@ def _idle_stop_notes(spec: "ClusterSpec") -> list[str]:
         return []
     if spec.scheduler == "slurm":
         return [f"idle_stop with Slurm: Slurm power saving stops a GPU node that has had no job for "
-                f"{spec.idle_stop.for_minutes} min (SuspendTime; the head node's slurm-suspend calls EC2 "
-                f"StopInstances) and starts it again for the next job that needs it (slurm-resume; the job waits "
+                f"{spec.idle_stop.for_minutes} min (SuspendTime; the head node's power agent calls EC2 "
+                f"StopInstances) and starts it again for the next job that needs it (StartInstances; the job waits "
                 f"for the boot and the health check, ResumeTimeout 30 min). A job in a CPU-only phase keeps its node; "
                 f"no CloudWatch alarm stops anything (docs/slurm.md, \"What happens to a job\")"]
     return [f"idle_stop: a CloudWatch alarm per node stops it (EC2 stop action) when its GPU utilisation averages "

@@ -20,7 +20,7 @@ from typing import Optional
 from components.cloudinit import BootConfig, DataDisk, LustreMount
 from components.slurm import jobs, power, scripts
 from components.slurm.clouds import ops
-from components.slurm.conf import SLURM_UID, SlurmCluster, cgroup_conf, gres_conf, slurm_conf
+from components.slurm.conf import SLURM_USER, SlurmCluster, cgroup_conf, gres_conf, slurm_conf
 
 HEAD_PACKAGES = ("slurmctld", "slurm-client", "munge", "iptables")
 NODE_PACKAGES = ("slurmd", "slurm-client", "munge", "fio", "iptables")
@@ -37,6 +37,7 @@ RECHECK_SERVICE = "gpu-cluster-health-recheck.service"
 RECHECK_TIMER = "gpu-cluster-health-recheck.timer"
 WATCH_SERVICE = "gpu-cluster-gpu-watch.service"
 WATCH_TIMER = "gpu-cluster-gpu-watch.timer"
+POWER_AGENT_UNIT = "gpu-cluster-power-agent.service"
 WINDOW_SERVICE = "gpu-cluster-slurm-window.service"
 WINDOW_TIMER = "gpu-cluster-slurm-window.timer"
 WATCH_EVERY_MIN = 5
@@ -149,6 +150,21 @@ WantedBy=timers.target
 """
 
 
+# The spool belongs to SlurmUser (the power programs write there) and no one else; root reads it.
+_POWER_AGENT_UNIT = """[Unit]
+Description=Start and stop the GPU nodes Slurm asks for (gpu-cluster)
+Wants=network-online.target
+After=network-online.target {guard}
+
+[Service]
+ExecStartPre=/usr/bin/install -d -o {user} -g {user} -m 0700 {spool}
+ExecStart={exec}
+Restart=always
+RestartSec=5
+
+[Install]
+WantedBy=multi-user.target
+"""
 _WINDOW_UNIT = """[Unit]
 Description=Keep the Slurm partition to the run windows (gpu-cluster)
 After=slurmctld.service
@@ -195,11 +211,8 @@ def _file(path: str, content: str, mode: str = "0644") -> dict:
     return {"path": path, "permissions": mode, "owner": "root:root", "content": content, "defer": True}
 
 
-def _guard_files(c: SlurmCluster, head: bool = False) -> list[dict]:
-    """The metadata guard. On the head node, where no job runs, SlurmUser reaches the metadata service too:
-    slurmctld runs the power programs, which call the cloud with the head node's role, as SlurmUser."""
-    uids = (0, SLURM_UID) if head and c.power_saving else (0,)
-    return [_file(f"{c.paths.bin}/metadata-guard", scripts.metadata_guard_script(c, uids), "0755"),
+def _guard_files(c: SlurmCluster) -> list[dict]:
+    return [_file(f"{c.paths.bin}/metadata-guard", scripts.metadata_guard_script(c), "0755"),
             _file(f"{SYSTEMD}/{GUARD_UNIT}", _GUARD_UNIT.format(exec=f"{c.paths.bin}/metadata-guard"))]
 
 
@@ -295,7 +308,7 @@ def head_files(c: SlurmCluster) -> tuple[dict, ...]:
             description="Prepare slurmctld", before="slurmctld.service", exec=f"{b}/head-setup")),
         _file(f"{SYSTEMD}/slurmctld.service.d/gpu-cluster.conf",
               _SLURMCTLD_DROPIN.format(setup=HEAD_SETUP_UNIT, guard=GUARD_UNIT)),
-        *_guard_files(c, head=True),
+        *_guard_files(c),
         *_power_files(c),
         *_job_files(c),
     )
@@ -306,8 +319,11 @@ def _power_files(c: SlurmCluster) -> list[dict]:
     if not c.power_saving:
         return []
     b = c.paths.bin
-    files = [_file(f"{b}/slurm-resume", power.power_script(c, "resume"), "0755"),
-             _file(f"{b}/slurm-suspend", power.power_script(c, "suspend"), "0755")]
+    files = [_file(f"{b}/slurm-resume", power.request_script(c, "resume"), "0755"),
+             _file(f"{b}/slurm-suspend", power.request_script(c, "suspend"), "0755"),
+             _file(f"{b}/power-agent", power.agent_script(c), "0755"),
+             _file(f"{SYSTEMD}/{POWER_AGENT_UNIT}", _POWER_AGENT_UNIT.format(
+                 spool=c.paths.power_spool, user=SLURM_USER, exec=f"{b}/power-agent", guard=GUARD_UNIT))]
     if c.windows:
         files += [_file(f"{b}/slurm-window", power.window_script(c), "0755"),
                   _file(f"{SYSTEMD}/{WINDOW_SERVICE}", _WINDOW_UNIT.format(exec=f"{b}/slurm-window")),
@@ -334,6 +350,7 @@ def head_boot_config(c: SlurmCluster, *, lustre: Optional[LustreMount] = None, d
                   ("systemctl", "enable", "--now", GUARD_UNIT),
                   ("systemctl", "enable", "--now", HEAD_SETUP_UNIT),
                   ("systemctl", "enable", "--now", "slurmctld.service"),
+                  *((("systemctl", "enable", "--now", POWER_AGENT_UNIT),) if c.power_saving else ()),
                   *((("systemctl", "enable", "--now", WINDOW_TIMER),) if c.power_saving and c.windows else ())),
         hostname=c.head_name,
     )

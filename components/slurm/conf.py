@@ -30,7 +30,6 @@ from components.spec import Purchase, node_is_spot
 SLURMCTLD_PORT = 6817
 SLURMD_PORT = 6818
 SLURM_USER = "slurm"
-SLURM_UID = 64030
 """Debian's and Ubuntu's packages create it with the fixed uid 64030 (slurm-wlm-basic-plugins
 preinst: `adduser --system --group --uid 64030 ... slurm`), so it is the same user on every node."""
 DEFAULT_STATE_DIR = "/data/slurm/state"
@@ -102,6 +101,11 @@ class Paths:
         """Written by health-recheck before it powers a node that failed after its reboot down to be replaced
         (stopped, then started on other hardware); removed once a check passes."""
         return f"{self.state}/health-replace"
+
+    @property
+    def power_spool(self) -> str:
+        """Head node: where the Slurm power programs (SlurmUser) leave requests for power-agent (root)."""
+        return f"{self.state}/power"
 
     @property
     def job_credentials_file(self) -> str:

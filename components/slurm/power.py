@@ -13,8 +13,10 @@ One mechanism owns each state change of a GPU node (docs/architecture.md, "Who s
   stop, and the start on new hardware when a job needs it, are slurmctld's.
 
 The programs run as SlurmUser with almost no environment (slurm.conf(5), SuspendProgram: "The program
-executes as SlurmUser"); the metadata guard lets SlurmUser reach the metadata service on the head node only,
-where no job runs, so the cloud CLI finds the head node's role.
+executes as SlurmUser"). They only hand the request to root: each writes it as a file into a spool directory
+of SlurmUser's, and `power-agent`, a root service on the head node, carries it out with the head node's role.
+So the metadata service stays closed to every user but root on the head node too, and the cloud CLI runs as
+root (Ubuntu's AWS CLI is a snap, which cannot run for a system user without a home directory).
 """
 
 from __future__ import annotations
@@ -46,42 +48,67 @@ every 30 s for 3 minutes, within SuspendTimeout's margin."""
 
 _POWER_BODY = r'''
 export PATH="${PATH:+$PATH:}/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/snap/bin"
-say() { echo "slurm-$MODE: $*" >&2; logger -t gpu-cluster-power -- "slurm-$MODE: $*" 2> /dev/null || true; }
+say() { echo "power-agent: $*" >&2; logger -t gpu-cluster-power -- "$*" 2> /dev/null || true; }
 down() {  # node reason: a node Slurm asked to resume that cannot be started is DOWN, so its jobs go elsewhere
-  [ "$MODE" = resume ] || return 0
+  [ "$mode" = resume ] || return 0
   scontrol update nodename="$1" state=down reason="$REASON_PREFIX $2" || say "could not set $1 down"
 }
-hostlist=${1:?usage: slurm-$MODE <hostlist>}
-mapfile -t nodes < <(scontrol show hostnames "$hostlist")
-CLUSTER_FILTER="Name=tag:$NAME_TAG,Values=$CLUSTER"
-if ! found=$(instance_lookup 2>&1); then
-  say "cannot list the instances of $CLUSTER: $(printf '%s' "$found" | tail -c 300)"
-  for n in "${nodes[@]}"; do down "$n" "instance lookup failed"; done
-  exit 1
-fi
-INSTANCE_IDS=()
-for n in "${nodes[@]}"; do
-  index=${n#"$NODE_PREFIX"}
-  id=$(printf '%s\n' "$found" | awk -v i="$index" '$1 == i { print $2; exit }')
-  if [ "$index" = "$n" ] || [ -z "$id" ]; then
-    say "$n has no instance that can start (terminated?): pulumi up creates it again"
-    down "$n" "no instance; pulumi up creates it again"
-    continue
+act() {  # mode hostlist
+  local mode=$1 n index id try out reason
+  local -a nodes
+  mapfile -t nodes < <(scontrol show hostnames "$2")
+  CLUSTER_FILTER="Name=tag:$NAME_TAG,Values=$CLUSTER"
+  if ! found=$(instance_lookup 2>&1); then
+    say "cannot list the instances of $CLUSTER: $(printf '%s' "$found" | tail -c 300)"
+    for n in "${nodes[@]}"; do down "$n" "instance lookup failed"; done
+    return 1
   fi
-  INSTANCE_IDS+=("$id")
+  INSTANCE_IDS=()
+  for n in "${nodes[@]}"; do
+    index=${n#"$NODE_PREFIX"}
+    id=$(printf '%s\n' "$found" | awk -v i="$index" '$1 == i { print $2; exit }')
+    if [ "$index" = "$n" ] || [ -z "$id" ]; then
+      say "$n has no instance that can start (terminated?): pulumi up creates it again"
+      down "$n" "no instance; pulumi up creates it again"
+      continue
+    fi
+    INSTANCE_IDS+=("$id")
+  done
+  [ "${#INSTANCE_IDS[@]}" -gt 0 ] || return 0
+  for ((try = 1; try <= TRIES; try++)); do
+    if [ "$mode" = resume ]; then out=$(instance_start 2>&1) && break; else out=$(instance_stop 2>&1) && break; fi
+    say "$mode, try $try: $(printf '%s' "$out" | tail -c 300)"
+    if [ "$try" -lt "$TRIES" ]; then sleep "$RETRY_S"; fi
+  done
+  if [ "$try" -gt "$TRIES" ]; then
+    reason=$(printf '%s' "$out" | tr -s '\n' ' ' | tail -c 200)
+    for n in "${nodes[@]}"; do down "$n" "could not start: $reason"; done
+    return 1
+  fi
+  say "$mode ${nodes[*]}: ${INSTANCE_IDS[*]}"
+}
+# Requests are files <time>-<pid>.<mode> holding a hostlist, oldest first; each is acted on once.
+polls=0
+while :; do
+  for f in "$SPOOL"/*.resume "$SPOOL"/*.suspend; do
+    [ -f "$f" ] || continue
+    hosts=$(head -c 4096 "$f")
+    rm -f "$f"
+    case "$hosts" in *[!A-Za-z0-9\[\],-]*|'') say "ignored a malformed request: $f"; continue ;; esac
+    act "${f##*.}" "$hosts" || true
+  done
+  polls=$((polls + 1))
+  if [ "$MAX_POLLS" -gt 0 ] && [ "$polls" -ge "$MAX_POLLS" ]; then exit 0; fi
+  sleep "$POLL_S"
 done
-[ "${#INSTANCE_IDS[@]}" -gt 0 ] || exit 0
-for ((try = 1; try <= TRIES; try++)); do
-  if [ "$MODE" = resume ]; then out=$(instance_start 2>&1) && break; else out=$(instance_stop 2>&1) && break; fi
-  say "try $try: $(printf '%s' "$out" | tail -c 300)"
-  if [ "$try" -lt "$TRIES" ]; then sleep "$RETRY_S"; fi
-done
-if [ "$try" -gt "$TRIES" ]; then
-  reason=$(printf '%s' "$out" | tr -s '\n' ' ' | tail -c 200)
-  for n in "${nodes[@]}"; do down "$n" "could not start: $reason"; done
-  exit 1
-fi
-say "${nodes[*]}: ${INSTANCE_IDS[*]}"
+'''
+
+_REQUEST_BODY = r'''
+# Hand the request to power-agent (root): one file, written whole, then renamed into place.
+hostlist=${1:?usage: slurm-$MODE <hostlist>}
+name="$SPOOL/$(date +%s%N)-$$"
+printf '%s' "$hostlist" > "$name.tmp"
+mv "$name.tmp" "$name.$MODE"
 '''
 
 
@@ -99,18 +126,25 @@ def plan_tags(spec: "ClusterSpec") -> dict[str, str]:
     return tags
 
 
-def power_script(c: SlurmCluster, mode: str) -> str:
-    """slurm-resume (mode resume) or slurm-suspend (mode suspend): slurmctld's ResumeProgram and
-    SuspendProgram / ResumeFailProgram, with the nodes as a Slurm hostlist."""
+def request_script(c: SlurmCluster, mode: str) -> str:
+    """slurm-resume (mode resume) or slurm-suspend (mode suspend): slurmctld's ResumeProgram and SuspendProgram /
+    ResumeFailProgram, run as SlurmUser with the nodes as a Slurm hostlist: they only queue the request."""
     if mode not in ("resume", "suspend"):
         raise ValueError(f"mode must be resume or suspend, not {mode!r}")
+    return _script(f"Slurm {mode} program: ask power-agent to {'start' if mode == 'resume' else 'stop'} GPU nodes",
+                   {"MODE": mode, "SPOOL": c.paths.power_spool}, _REQUEST_BODY)
+
+
+def agent_script(c: SlurmCluster, poll_s: int = 2, max_polls: int = 0) -> str:
+    """power-agent: the root service on the head node that starts and stops the GPU node instances Slurm asked
+    for. max_polls=0: forever (the systemd service); the tests bound it."""
     o = ops(c.cloud)
     if o.instance_lookup is None or o.instance_start is None or o.instance_stop is None:
         raise ValueError(f"no power saving commands for {c.cloud}")
-    return _script(f"Slurm {mode} program: {'start' if mode == 'resume' else 'stop'} GPU node instances", {
-        "MODE": mode, "REGION": c.region, "CLUSTER": c.name, "NAME_TAG": NAME_TAG,
+    return _script("Start and stop the GPU node instances Slurm asks for (power saving)", {
+        "SPOOL": c.paths.power_spool, "REGION": c.region, "CLUSTER": c.name, "NAME_TAG": NAME_TAG,
         "NODE_PREFIX": f"{c.name}-node-", "REASON_PREFIX": POWER_REASON_PREFIX,
-        "TRIES": START_TRIES, "RETRY_S": START_RETRY_S,
+        "TRIES": START_TRIES, "RETRY_S": START_RETRY_S, "POLL_S": poll_s, "MAX_POLLS": max_polls,
     }, _POWER_BODY, [shell.function("instance_lookup", o.instance_lookup),
                      shell.function("instance_start", o.instance_start),
                      shell.function("instance_stop", o.instance_stop)])

@@ -698,9 +698,7 @@ _GUARD_BODY = r'''
 export PATH="${PATH:+$PATH:}/usr/sbin:/usr/bin:/sbin:/bin"
 iptables -w -N "$CHAIN" 2>/dev/null || true
 iptables -w -F "$CHAIN"
-for uid in "${ALLOWED_UIDS[@]}"; do
-  iptables -w -A "$CHAIN" -m owner --uid-owner "$uid" -j RETURN
-done
+iptables -w -A "$CHAIN" -m owner --uid-owner 0 -j RETURN
 iptables -w -A "$CHAIN" -j REJECT
 if ! iptables -w -C OUTPUT -d "$METADATA_IP/32" -j "$CHAIN" 2>/dev/null; then
   iptables -w -I OUTPUT 1 -d "$METADATA_IP/32" -j "$CHAIN"
@@ -709,17 +707,17 @@ if ! iptables -w -C OUTPUT -d "$METADATA_IP/32" -j "$CHAIN"; then
   echo "metadata-guard: the rule sending $METADATA_IP to $CHAIN is not in OUTPUT" >&2
   exit 1
 fi
-echo "metadata-guard: the metadata service ($METADATA_IP) is closed to every user but uid ${ALLOWED_UIDS[*]}"
+echo "metadata-guard: the metadata service ($METADATA_IP) is closed to every user but root"
 '''
 
 
-def metadata_guard_script(c: SlurmCluster, uids: Sequence[int] = (0,)) -> str:
-    """Closes the metadata service to every user but root (and, on the head node, SlurmUser), before slurmd
-    or slurmctld starts and on every boot (the owner-match rule AWS ParallelCluster applies with Imds
-    Secured, its default: ParallelCluster user guide, HeadNode section, Imds / Secured)."""
+def metadata_guard_script(c: SlurmCluster) -> str:
+    """Closes the metadata service to every user but root, before slurmd or slurmctld starts and on
+    every boot (the owner-match rule AWS ParallelCluster applies with Imds Secured, its default:
+    ParallelCluster user guide, HeadNode section, Imds / Secured)."""
     return _script("Close the metadata service to every user but root", {
         "CHAIN": METADATA_GUARD_CHAIN, "METADATA_IP": ops(c.cloud).metadata_ipv4,
-    }, _GUARD_BODY, [shell.array("ALLOWED_UIDS", [str(u) for u in uids])])
+    }, _GUARD_BODY)
 
 
 _JOB_CREDENTIALS_BODY = r'''

@@ -21,8 +21,9 @@ What it does, in order (each step prints PASS/FAIL; the first failure stops the 
      node-health job drains the node with the reason when nvidia-smi shows 7 GPUs; the boot path
      (slurmd's HealthCheckProgram) drains and resumes it; a spot notice sets it DOWN and its running job
      is requeued; a restarted slurmd returns it.
-  7. Slurm power saving, with the harness playing EC2 (the generated slurm-resume / slurm-suspend call the
-     stub `aws ec2`; a stop stops slurmd, a start starts it): outside the run window the partition goes
+  7. Slurm power saving, with the harness playing EC2 (the generated slurm-resume / slurm-suspend queue the
+     request, the generated power-agent, running as root here as on the head node, calls the stub `aws ec2`;
+     a stop stops slurmd, a start starts it): outside the run window the partition goes
      DOWN and the node is powered down; inside it a pending job resumes the node and runs (resume); an
      idle node is suspended after SuspendTime (suspend); a node that loses a GPU under a running job is
      drained, its job requeued, rebooted once, then powered down and started again on "new hardware",
@@ -122,9 +123,6 @@ def localize(conf: str, root: Path, hostname: str, cpus: int, ports: tuple[int, 
         (r"^(Slurmctld|Slurmd)LogFile=/", rf"\1LogFile={root}/"),
         (r"^SlurmctldPort=\d+$", f"SlurmctldPort={ports[0]}"),
         (r"^SlurmdPort=\d+$", f"SlurmdPort={ports[1]}"),
-        # slurmctld runs the power programs as SlurmUser with no environment of ours: through a wrapper
-        # that gives them the stubs (the harness's EC2).
-        (r"^(Resume|Suspend|ResumeFail)Program=(.*)$", rf"\1Program={root}/power-env/\1"),
         (r"power_save_min_interval=\d+", "power_save_min_interval=0,power_save_interval=1"),
         # Pending jobs are looked at every 2 s instead of Slurm's default minute (sched_interval=60), so a
         # requeued job whose begin time passed starts at once.
@@ -210,7 +208,7 @@ class Harness:
         generated = slurm_conf(c)
         Path(self.paths.slurm_etc, "slurm.conf").write_text(
             localize(generated, root, self.hostname, os.cpu_count() or 1, self.ports))
-        self.write_power_wrappers(generated)
+        self.check_power_programs(generated)
         Path(self.paths.slurm_etc, "gres.conf").write_text(localize_gres(gres_conf(c), root))
         Path(self.paths.slurm_etc, "cgroup.conf").write_text(localize_cgroup(cgroup_conf(c)))
         for d in ("dev", "var/spool/slurmd", "run", "var/log/slurm", "run/munge", "var/lib/munge", "var/log/munge"):
@@ -229,29 +227,20 @@ class Harness:
                     mounts=[self.paths.scratch, self.paths.lustre, self.paths.data], secret="")
         (self.state / "metadata/instance-id").write_text(INSTANCE_ID)
         (self.state / "instances").write_text(f"0\t{INSTANCE_ID}\n")
-        # The power programs run as SlurmUser and log their cloud calls here.
-        self.state.chmod(0o1777)
-        for log in ("aws.log", "ec2.log", "power.log"):
-            (self.state / log).touch()
-            (self.state / log).chmod(0o666)
+        (self.state / "ec2.log").touch()
         (self.state / "metadata/tags/instance/gpu-cluster:node").write_text("0")
         for d in ("run/munge", "var/lib/munge", "var/log/munge"):
             shutil.chown(root / d, "munge", "munge")
         Path(c.state_dir).mkdir(parents=True, exist_ok=True)
         check(written >= 9, f"wrote the {written} generated head node files under {root}")
 
-    def write_power_wrappers(self, conf: str) -> None:
-        """localize() points ResumeProgram, SuspendProgram and ResumeFailProgram at power-env/<kind>: each
-        runs the program the generated slurm.conf names, with the stubs on PATH."""
-        d = self.root / "power-env"
-        d.mkdir(exist_ok=True)
-        for kind, program in re.findall(r"^(Resume|Suspend|ResumeFail)Program=(.*)$", conf, flags=re.M):
-            w = d / kind
-            w.write_text(f"#!/bin/bash\nexport PATH={self.stub_bin}:/usr/sbin:/usr/bin:/sbin:/bin "
-                         f"STUB_STATE={self.state} SLURM_CONF={self.conf}\n"
-                         f"exec {program} \"$@\" >> {self.state}/power.log 2>&1\n")
-            w.chmod(0o755)
-        check(len(list(d.iterdir())) == 3, "slurm.conf names a resume, a suspend and a resume-fail program")
+    def check_power_programs(self, conf: str) -> None:
+        """slurm.conf names the generated request programs, as they are (they need nothing of the harness's)."""
+        programs = dict(re.findall(r"^(ResumeProgram|SuspendProgram|ResumeFailProgram)=(.*)$", conf, flags=re.M))
+        check(programs == {"ResumeProgram": f"{self.paths.bin}/slurm-resume",
+                           "SuspendProgram": f"{self.paths.bin}/slurm-suspend",
+                           "ResumeFailProgram": f"{self.paths.bin}/slurm-suspend"},
+              "slurm.conf names the resume, suspend and resume-fail programs", str(programs))
 
     def stub_fio(self) -> None:
         """Later health checks get a stub fio (the boot check ran the real one): a real run takes 20 s."""
@@ -383,6 +372,13 @@ class Harness:
         self.wait_for("the munge socket", lambda: self.munge_socket.exists())
         shutil.chown(Path(c.state_dir), "slurm", "slurm")
         self.start("slurmctld", ["slurmctld", "-D", "-f", str(self.conf)])
+        # power-agent, the head node's root service that carries out slurmctld's power requests (its unit makes
+        # the spool SlurmUser's, 0700, first).
+        spool = Path(c.paths.power_spool)
+        spool.mkdir(parents=True, exist_ok=True)
+        shutil.chown(spool, "slurm", "slurm")
+        spool.chmod(0o700)
+        self.start("power-agent", [f"{self.paths.bin}/power-agent"])
         self.wait_for("slurmctld to answer", lambda: run(["scontrol", "ping"], env=env, check_rc=False).returncode == 0
                       and "UP" in run(["scontrol", "ping"], env=env, check_rc=False).stdout)
         check(True, "slurmctld is up with the generated slurm.conf (localized)")
@@ -637,7 +633,7 @@ class Harness:
 
     def cleanup(self) -> None:
         run(["scancel", "--full", "--user=root"], env=self.env, check_rc=False, timeout=30)
-        for name in ("slurmd", "slurmctld", "munged"):
+        for name in ("slurmd", "power-agent", "slurmctld", "munged"):
             self.stop(name)
         if self.created_run_slurm:
             shutil.rmtree(self.run_slurm, ignore_errors=True)
@@ -694,11 +690,11 @@ def main() -> int:
     except (Failure, subprocess.TimeoutExpired) as e:
         print(f"FAIL  {e}", file=sys.stderr)
         if h is not None:
-            for name in ("slurmctld", "slurmd", "munged"):
+            for name in ("slurmctld", "slurmd", "munged", "power-agent"):
                 log = h.daemon_log(name)
                 if log:
                     print(f"--- {name} output ---\n{log}", file=sys.stderr)
-            for f in [*sorted(Path(h.root, "var/log/slurm").glob("*.log")), h.state / "power.log"]:
+            for f in sorted(Path(h.root, "var/log/slurm").glob("*.log")):
                 print(f"--- {f} ---\n{f.read_text()[-3000:]}", file=sys.stderr)
         return 1
     finally:
