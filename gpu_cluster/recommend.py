@@ -494,6 +494,18 @@ BLOCK_START_DAYS = 7
 before `pulumi up` buys it (it cannot be cancelled); the stack file says to change it."""
 
 
+IDLE_AFTER_RUN_MINUTES = 60
+"""The written stack's idle stop where Slurm powers the nodes: a node with no job for an hour is stopped."""
+
+
+def stops_after_the_run(c: Candidate) -> bool:
+    """Whether the written stack stops the nodes once the training has ended: on demand, for less than a month,
+    on a cloud where Slurm, which the written stack gets by default there, starts and stops the nodes."""
+    from components.clouds import profile
+
+    return c.purchase == "on_demand" and c.hours < HOURS_PER_MONTH and profile(c.cloud).slurm_power_saving
+
+
 def stack_document(rec: Recommendation, c: Candidate, emails: tuple[str, ...],
                    today: Optional[datetime.date] = None) -> dict[str, Any]:
     """The top pick as a stack file's document (validated with load_spec before it is returned)."""
@@ -526,6 +538,8 @@ def candidate_document(w: Workload, rate: Any, c: Candidate, emails: tuple[str, 
         cluster["purchase"] = "on_demand"
         cluster["capacity"] = {"type": "capacity_block", "start_date": start.isoformat(),
                                "duration_hours": c.block_hours}
+    if stops_after_the_run(c):
+        cluster["idle_stop"] = {"for_minutes": IDLE_AFTER_RUN_MINUTES}
     cluster.update({
         "storage": storage,
         "budget": {"monthly_limit": round(limit, 2), "currency": currency, "emails": list(emails)},

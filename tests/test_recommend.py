@@ -346,3 +346,22 @@ def test_write_stack_needs_an_address_and_never_writes_a_placeholder(tmp_path, c
     err = capsys.readouterr().err
     assert status == 2 and not stack.exists()
     assert "--write-stack" in err and "without --email" in err and "allowed: one or more --email ADDR" in err
+
+
+def test_an_on_demand_pick_for_less_than_a_month_is_written_with_slurms_idle_stop():
+    """The quote counts the run's hours; the written stack carries what makes that true where Slurm powers the
+    nodes: idle_stop (Slurm power saving stops a node an hour after its last job). Not for spot, blocks, a whole
+    month, or Tencent Cloud (no Slurm power saving there)."""
+    from gpu_cluster.recommend import IDLE_AFTER_RUN_MINUTES, candidate_document, stops_after_the_run
+
+    w = load(EXAMPLES / "startup-7b.yaml")
+    rec = recommend(w, catalog_book())
+    pick = next(c for c in rec.candidates if c.cloud == "aws" and c.purchase == "on_demand" and c.fits_memory
+                and c.hours < 730)
+    assert stops_after_the_run(pick)
+    doc = candidate_document(w, rec.rate, pick, ("ml@example.com",))
+    assert doc["config"]["gpu-cluster:cluster"]["idle_stop"] == {"for_minutes": IDLE_AFTER_RUN_MINUTES}
+    spot = _candidate("g5.xlarge", 1, 10, 5.0, purchase="spot")
+    month = _candidate("p5.48xlarge", 2, 900, 99.0)
+    tencent = _candidate("p5.48xlarge", 2, 10, 5.0, cloud="tencentcloud")
+    assert not any(stops_after_the_run(c) for c in (spot, month, tencent))
