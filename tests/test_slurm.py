@@ -775,7 +775,9 @@ def _power_env(tmp_path, instances: str, start_fails: int = 0):
         '  "ec2 start-instances"|"ec2 stop-instances")',
         '  "ec2 start-instances"|"ec2 stop-instances")\n'
         '    left=$(cat "$STUB_STATE/fails"); if [ "$2" = start-instances ] && [ "$left" -gt 0 ]; then\n'
-        '      echo $((left - 1)) > "$STUB_STATE/fails"; echo "An error occurred (IncorrectInstanceState)" >&2; exit 254; fi'))
+        '      echo $((left - 1)) > "$STUB_STATE/fails"; echo "An error occurred (IncorrectInstanceState)" >&2; exit 254; fi\n'
+        '    if [ "$2" = stop-instances ] && [ -e "$STUB_STATE/stop-fails" ]; then\n'
+        '      echo "An error occurred (UnauthorizedOperation)" >&2; exit 254; fi'))
     for name in ("scontrol", "aws"):
         (bin_dir / name).chmod(0o755)
     return stub_env(bin_dir, state, virtual_clock=True), state
@@ -797,18 +799,29 @@ def test_the_power_programs_queue_requests_that_the_root_agent_carries_out(tmp_p
     assert r.returncode == 0 and not list(spool.iterdir()), r.stderr
     # Node 1 has no instance (terminated): DOWN with the reason, its jobs go elsewhere; the others start, once
     # the instances that were still stopping can (two refusals, then the third try).
-    assert (st / "ec2.log").read_text() == "start i-000 i-222\n"
+    assert (st / "ec2.log").read_text() == "start i-000\nstart i-222\n"  # one at a time: one failure is one node's
     assert "scontrol update nodename=llm-node-1 state=down reason=gpu-cluster-power: no instance" in (st / "scontrol.log").read_text()
     assert (st / "sleep.log").read_text().split() == ["sleep", "30", "sleep", "30"]
     assert "--filters Name=tag:gpu-cluster:name,Values=llm Name=tag-key,Values=gpu-cluster:node" in (st / "aws.log").read_text()
+    # A start refused every try (no capacity): powered down again, for Slurm to try it for a later job.
     write_state(st, fails=99)
     _run(tmp_path / "slurm-resume", power.request_script(c, "resume"), env, "llm-node-[0-0]")
-    _run(agent, power.agent_script(c, max_polls=1), env)
-    assert "state=down reason=gpu-cluster-power: could not start: " in (st / "scontrol.log").read_text()
+    r = _run(agent, power.agent_script(c, max_polls=1), env)
+    assert "scontrol update nodename=llm-node-0 state=power_down_force" in (st / "scontrol.log").read_text()
+    assert "could not start i-000" in r.stderr and not list(spool.iterdir())
     _run(tmp_path / "slurm-suspend", power.request_script(c, "suspend"), env, "llm-node-[2-2]")
     (spool / "0-1.resume").write_text("llm-node-0; reboot")
     r = _run(agent, power.agent_script(c, max_polls=1), env)
     assert (st / "ec2.log").read_text().splitlines()[-1] == "stop i-222" and "ignored a malformed request" in r.stderr
+    # A stop that fails is kept and tried again at the next poll (a node Slurm counts as stopped must not bill).
+    write_state(st, **{"stop-fails": 1})
+    _run(tmp_path / "slurm-suspend", power.request_script(c, "suspend"), env, "llm-node-[0-0]")
+    r = _run(agent, power.agent_script(c, max_polls=1), env)
+    [kept] = list(spool.iterdir())
+    assert kept.name.endswith(".suspend.work") and "could not stop llm-node-0" in r.stderr
+    (st / "stop-fails").unlink()
+    _run(agent, power.agent_script(c, max_polls=1), env)
+    assert not list(spool.iterdir()) and (st / "ec2.log").read_text().splitlines()[-1] == "stop i-000"
     with pytest.raises(ValueError, match="no power saving commands for tencentcloud"):
         power.agent_script(dataclasses.replace(c, cloud="tencentcloud", shape=catalog.shape(
             "tencentcloud", "HCCPNV6.96XLARGE2304")))

@@ -145,7 +145,7 @@ def cost_control_notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
         starter = ("the Slurm head node's role, so Slurm's resume program" if slurm else
                    "the schedules' role, so the run windows" if spec.schedule is not None else None)
         hold = (f" and a second action attaches a Deny of ec2:StartInstances to {starter} does not start them again "
-                f"(a pending job's node is set DOWN with the reason); reverse both actions in the AWS Budgets console "
+                f"(each start it refuses powers the node down again); reverse both actions in the AWS Budgets console "
                 f"once the budget allows, and before removing stop_at_pct (IAM refuses to delete the Deny while it is "
                 f"attached to a role that stays)" if starter else "; nothing starts them again: start them by hand once "
                 "the budget allows")

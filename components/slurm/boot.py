@@ -23,6 +23,10 @@ from components.slurm.clouds import ops
 from components.slurm.conf import SLURM_USER, SlurmCluster, cgroup_conf, gres_conf, slurm_conf
 
 HEAD_PACKAGES = ("slurmctld", "slurm-client", "munge", "iptables")
+WINDOW_PACKAGES = ("tzdata-legacy",)
+"""slurm-window reads the schedule's time zone from the system's tz database, and Ubuntu 24.04 moved the old
+alias names the spec accepts (US/Eastern, Asia/Calcutta, ...) to tzdata-legacy (Ubuntu 24.04 release notes,
+"tzdata package split"; packages.ubuntu.com/noble/tzdata-legacy)."""
 NODE_PACKAGES = ("slurmd", "slurm-client", "munge", "fio", "iptables")
 """iptables for the metadata guard (Ubuntu noble main: packages.ubuntu.com/noble/iptables); setpriv,
 which the health check uses, is util-linux, which every Ubuntu has (Priority: required)."""
@@ -344,7 +348,7 @@ def head_boot_config(c: SlurmCluster, *, lustre: Optional[LustreMount] = None, d
     return BootConfig(
         nvme_devices=0, nvme_model=None, scratch="none", disk_model=disk_model,
         lustre=lustre, data_disk=data_disk,
-        packages=HEAD_PACKAGES + ops(c.cloud).head_packages,
+        packages=HEAD_PACKAGES + ops(c.cloud).head_packages + (WINDOW_PACKAGES if c.power_saving and c.windows else ()),
         files=head_files(c),
         commands=(("systemctl", "daemon-reload"),
                   ("systemctl", "enable", "--now", GUARD_UNIT),

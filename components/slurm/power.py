@@ -49,53 +49,58 @@ every 30 s for 3 minutes, within SuspendTimeout's margin."""
 _POWER_BODY = r'''
 export PATH="${PATH:+$PATH:}/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/snap/bin"
 say() { echo "power-agent: $*" >&2; logger -t gpu-cluster-power -- "$*" 2> /dev/null || true; }
-down() {  # node reason: a node Slurm asked to resume that cannot be started is DOWN, so its jobs go elsewhere
-  [ "$mode" = resume ] || return 0
-  scontrol update nodename="$1" state=down reason="$REASON_PREFIX $2" || say "could not set $1 down"
-}
-act() {  # mode hostlist
-  local mode=$1 n index id try out reason
+# A node whose instance is gone stays DOWN for a person (pulumi up creates it again). One that could not start
+# (no capacity, a budget hold) is powered down again, so Slurm may try it for a later job after SuspendTimeout.
+down() { scontrol update nodename="$1" state=down reason="$REASON_PREFIX $2" || say "could not set $1 down"; }
+retry_later() { say "$1: $2; powered down to be tried again"; scontrol update nodename="$1" state=power_down_force || true; }
+act() {  # mode hostlist; a stop that fails is queued again (a stopped node must not go on billing)
+  local mode=$1 n index id try out
   local -a nodes
   mapfile -t nodes < <(scontrol show hostnames "$2")
   CLUSTER_FILTER="Name=tag:$NAME_TAG,Values=$CLUSTER"
-  if ! found=$(instance_lookup 2>&1); then
-    say "cannot list the instances of $CLUSTER: $(printf '%s' "$found" | tail -c 300)"
-    for n in "${nodes[@]}"; do down "$n" "instance lookup failed"; done
+  if ! found=$(instance_lookup 2> /dev/null); then
+    say "cannot list the instances of $CLUSTER"
     return 1
   fi
-  INSTANCE_IDS=()
   for n in "${nodes[@]}"; do
     index=${n#"$NODE_PREFIX"}
     id=$(printf '%s\n' "$found" | awk -v i="$index" '$1 == i { print $2; exit }')
     if [ "$index" = "$n" ] || [ -z "$id" ]; then
-      say "$n has no instance that can start (terminated?): pulumi up creates it again"
-      down "$n" "no instance; pulumi up creates it again"
+      say "$n has no instance (terminated?): pulumi up creates it again"
+      [ "$mode" = suspend ] || down "$n" "no instance; pulumi up creates it again"
       continue
     fi
-    INSTANCE_IDS+=("$id")
+    INSTANCE_IDS=("$id")
+    for ((try = 1; try <= TRIES; try++)); do
+      if [ "$mode" = resume ]; then out=$(instance_start 2>&1) && break; else out=$(instance_stop 2>&1) && break; fi
+      if [ "$try" -lt "$TRIES" ]; then sleep "$RETRY_S"; fi
+    done
+    out=$(printf '%s' "$out" | tr -s '\n' ' ' | tail -c 200)
+    if [ "$try" -le "$TRIES" ]; then
+      say "$mode $n: $id"
+    elif [ "$mode" = resume ]; then
+      retry_later "$n" "could not start $id: $out"
+    else
+      say "could not stop $n ($id): $out; trying again"
+      return 1
+    fi
   done
-  [ "${#INSTANCE_IDS[@]}" -gt 0 ] || return 0
-  for ((try = 1; try <= TRIES; try++)); do
-    if [ "$mode" = resume ]; then out=$(instance_start 2>&1) && break; else out=$(instance_stop 2>&1) && break; fi
-    say "$mode, try $try: $(printf '%s' "$out" | tail -c 300)"
-    if [ "$try" -lt "$TRIES" ]; then sleep "$RETRY_S"; fi
-  done
-  if [ "$try" -gt "$TRIES" ]; then
-    reason=$(printf '%s' "$out" | tr -s '\n' ' ' | tail -c 200)
-    for n in "${nodes[@]}"; do down "$n" "could not start: $reason"; done
-    return 1
-  fi
-  say "$mode ${nodes[*]}: ${INSTANCE_IDS[*]}"
 }
-# Requests are files <time>-<pid>.<mode> holding a hostlist, oldest first; each is acted on once.
+# Requests are files <time>-<pid>.<mode> holding a hostlist, taken oldest first. A request being acted on is
+# <name>.<mode>.work, so one the agent was stopped in the middle of is acted on again; a failed stop is too.
 polls=0
 while :; do
-  for f in "$SPOOL"/*.resume "$SPOOL"/*.suspend; do
-    [ -f "$f" ] || continue
-    hosts=$(head -c 4096 "$f")
-    rm -f "$f"
-    case "$hosts" in *[!A-Za-z0-9\[\],-]*|'') say "ignored a malformed request: $f"; continue ;; esac
-    act "${f##*.}" "$hosts" || true
+  for f in $(find "$SPOOL" -maxdepth 1 -type f \( -name '*.resume' -o -name '*.suspend' -o -name '*.work' \) -printf '%f\n' | sort); do
+    case "$f" in *.work) work=$SPOOL/$f ;; *) work=$SPOOL/$f.work; mv -f "$SPOOL/$f" "$work" ;; esac
+    mode=${work%.work}
+    mode=${mode##*.}
+    hosts=$(head -c 4096 "$work")
+    case "$mode:$hosts" in
+      resume:*|suspend:*) ;;
+      *) say "ignored a malformed request: $f"; rm -f "$work"; continue ;;
+    esac
+    case "$hosts" in *[!A-Za-z0-9\[\],-]*|'') say "ignored a malformed request: $f"; rm -f "$work"; continue ;; esac
+    if act "$mode" "$hosts" || [ "$mode" = resume ]; then rm -f "$work"; fi
   done
   polls=$((polls + 1))
   if [ "$MAX_POLLS" -gt 0 ] && [ "$polls" -ge "$MAX_POLLS" ]; then exit 0; fi
@@ -167,7 +172,9 @@ else:
     print("no")
 PY
 ); then
-  echo "slurm-window: cannot tell the time in $TIMEZONE" >&2
+  # Fail safe: no time, no window (the nodes do not run on unknown hours).
+  echo "slurm-window: cannot tell the time in $TIMEZONE; the partition goes down" >&2
+  scontrol update partitionname="$PARTITION" state=down || true
   exit 1
 fi
 state=$(scontrol show partition "$PARTITION" -o | sed -n 's/.* State=\([A-Z_]*\).*/\1/p')
