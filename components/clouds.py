@@ -77,9 +77,14 @@ class CloudProfile:
         """Whether a stack that says nothing gets Slurm."""
         return True
 
-    slurm_power_saving: bool = True
-    """Whether Slurm starts and stops this cloud's GPU nodes itself (power saving: idle_stop and run windows
-    under Slurm, and the replacement of a failed node); the boot's commands for it: components/slurm/clouds.py."""
+    @property
+    def slurm_power_saving(self) -> bool:
+        """Whether Slurm starts and stops this cloud's GPU nodes itself (power saving: idle_stop and run windows
+        under Slurm, and the replacement of a failed node): wherever the boot has the commands for it
+        (components/slurm/clouds.py CloudOps.instance_start), the one place that says so."""
+        from components.slurm.clouds import ops
+
+        return ops(self.name).instance_start is not None
 
     def no_slurm_note(self) -> str:
         """The note when it does not (only asked when slurm_by_default is False)."""

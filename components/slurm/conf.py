@@ -39,10 +39,10 @@ RESUME_TIMEOUT_S = 1800
 """ResumeTimeout: a GPU node's start is an EC2 start, the boot, the driver and fabric manager, and node-setup's
 health check (fio included) before slurmd registers; Slurm sets a node that takes longer DOWN and requeues its
 jobs (slurm.conf(5), ResumeTimeout). 30 minutes, as Azure CycleCloud's Slurm integration sets it (its slurm.conf:
-ResumeTimeout=1800, SuspendTimeout=600), and node-setup's longest own wait (the munge key, MUNGE_WAIT_S) is as long."""
+ResumeTimeout=1800, SuspendTimeout=600)."""
 SUSPEND_TIMEOUT_S = 600
 """SuspendTimeout: how long a stop may take before Slurm may resume the node again. An EC2 stop of a large GPU
-instance takes minutes; the resume program also waits for a node still stopping (components/slurm/power.py)."""
+instance takes minutes; power-agent also retries a start that finds the node still stopping (components/slurm/power.py)."""
 POWER_SAVE_MIN_INTERVAL_S = 30
 """power_save_min_interval, as ParallelCluster sets it (aws/aws-parallelcluster-cookbook
 templates/default/slurm/slurm.conf.erb: SlurmctldParameters=idle_on_node_suspend,power_save_min_interval=30)."""

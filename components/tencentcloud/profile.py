@@ -89,8 +89,6 @@ class TencentCloudProfile(CloudProfile):
                 f"without local NVMe, or leave {key} out"
                 for key, on in (("schedule", spec.schedule is not None), ("idle_stop", spec.idle_stop is not None)) if on]
 
-    slurm_power_saving = False
-
     def slurm_by_default(self, spec: "ClusterSpec") -> bool:
         """Only on an image the Slurm boot can install on (an Ubuntu `image_id`)."""
         return spec.image_id is not None
