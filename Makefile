@@ -21,7 +21,7 @@ export STACK STACK_FILE PLAN BASE POLICY_CONFIG ARGS
 POLICY_VENV := policies/venv
 POLICY_STAMP := $(POLICY_VENV)/.installed
 
-.PHONY: help venv policy-venv lock plan check review catalog test slurm-check bench clean
+.PHONY: help venv policy-venv lock plan check review catalog test slurm-check bench policy-coverage clean
 
 help: ## list the targets (the default goal)
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -90,6 +90,9 @@ slurm-check: $(TEST_STAMP) ## run a real Slurm (Debian slurm-wlm + munge, as roo
 
 bench: $(TEST_STAMP) ## measure render, check and review speed (docs/benchmarks.md)
 	$(BIN)/python -m bench
+
+policy-coverage: $(TEST_STAMP) ## regenerate the pack's list of subnet inputs from the SDKs (policies/gpu_guardrails/placements.py)
+	$(BIN)/python -m gpu_cluster.sdkschema
 
 clean: ## delete build/ (plans, reports, the review)
 	rm -rf build

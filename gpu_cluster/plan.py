@@ -56,6 +56,7 @@ class Resource:
     provider: str = ""
     id: str = ""
     property_dependencies: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    external: bool = False  # read with `.get()`: the stack refers to it but did not create it
 
     @property
     def name(self) -> str:
@@ -197,7 +198,7 @@ def _resource(r: Any, where: str, i: int) -> Optional[Resource]:
         if value is not None and not isinstance(value, str):
             raise PlanFormatError(f"{at}: {key} must be a string, got {_kind(value)}")
         fields[key] = value or ""
-    for key in ("custom", "protect"):
+    for key in ("custom", "protect", "external"):
         value = r.get(key, False)
         if value is not None and not isinstance(value, bool):
             raise PlanFormatError(f"{at}: {key} must be true or false, got {json.dumps(value)[:40]}")

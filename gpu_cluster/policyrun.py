@@ -351,9 +351,28 @@ def reconciled_config(plan: Plan, config: Optional[dict] = None,
     return {name: (level, _as_engine_value(props)) for name, (level, props) in settings.items()}
 
 
+def strict_config(config: Optional[dict]) -> dict:
+    """`config` with every policy in strict mode (`gpu-cluster check --strict`): a mandatory rule fails when
+    a property it needs is unknown instead of leaving it to the update."""
+    out = dict(config or {})
+    for policy in POLICIES:
+        entry = out.get(policy.name)
+        if entry == EnforcementLevel.DISABLED.value:
+            continue
+        if isinstance(entry, str):
+            out[policy.name] = {"enforcementLevel": entry, "strict": True}
+        elif isinstance(entry, dict):
+            out[policy.name] = {**entry, "strict": True}
+        else:
+            out[policy.name] = {"strict": True}
+    return out
+
+
 def analyzed(plan: Plan) -> list[Resource]:
-    """The resources the engine sends to `Analyze` one by one (every one but the root stack)."""
-    return [r for r in plan.resources if r.type != "pulumi:pulumi:Stack"]
+    """The resources the engine sends to `Analyze` one by one (every one but the root stack). A resource
+    read with `.get()` (`external` in an export) is not the stack's own: it is left out here and from the
+    stack policies, so a reference to it is a reference outside the stack (docs/policies.md, "Unknowns")."""
+    return [r for r in plan.resources if r.type != "pulumi:pulumi:Stack" and not r.external]
 
 
 def run_policies(plan: Plan, config: Optional[dict] = None, pricer: Optional[Pricer] = None,
@@ -433,10 +452,14 @@ def _policy_resources(plan: Plan, providers: Callable[[Resource], Any],
     converted = converted or _Converted(plan)
     out: dict[str, PolicyResource] = {}
     for r in plan.resources:
+        if r.external:
+            continue
         out[r.urn] = PolicyResource(r.type, converted.stacked(r), r.urn,
                                     r.name, _options(r), providers(r), None, [], {})
     for r in plan.resources:
-        pr = out[r.urn]
+        pr = out.get(r.urn)
+        if pr is None:
+            continue
         if r.parent in out:
             pr.parent = out[r.parent]
         pr.dependencies.extend(out[d] for d in r.dependencies if d in out)

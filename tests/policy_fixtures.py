@@ -97,13 +97,18 @@ def build(case: dict) -> dict:
     resources[:] = [r for r in resources if _name(r["urn"]) not in removed]
     added = []
     for add in case.get("add", []):
-        provider = next(r for r in resources if r["type"] == f"pulumi:providers:{add['type'].split(':', 1)[0]}")
         res = {
             "urn": f"{prefix}::{add['type']}::{add['name']}", "custom": True, "type": add["type"],
             "id": add.get("id", add["name"]), "inputs": _unknowns(add.get("inputs", {})),
             "outputs": {}, "parent": stack_urn, "protect": add.get("protect", False),
-            "provider": f"{provider['urn']}::{provider['id']}",
         }
+        if not add["type"].startswith("pulumi:providers:"):
+            # the default provider of its package, or the provider resource the case names
+            provider = next(r for r in resources if (_name(r["urn"]) == add["provider"] if "provider" in add else
+                                                     r["type"] == f"pulumi:providers:{add['type'].split(':', 1)[0]}"))
+            res["provider"] = f"{provider['urn']}::{provider['id']}"
+        if add.get("external"):
+            res["external"] = True  # read with `.get()`
         resources.append(res)
         added.append((res, add))
     by_name = {_name(r["urn"]): r for r in resources}
@@ -127,12 +132,13 @@ def build(case: dict) -> dict:
 
 
 def preview_form(doc: dict) -> dict:
-    """`doc` as a first preview sends it: ids unknown, references recorded as (property) dependencies."""
+    """`doc` as a first preview sends it: ids of created resources unknown, references to them recorded as
+    (property) dependencies."""
     doc = copied(doc)
     resources = doc["deployment"]["resources"]
     by_id: dict[str, dict] = {}
     for r in resources:
-        if r.get("custom") and r.get("id") and not r["type"].startswith("pulumi:providers:"):
+        if r.get("custom") and r.get("id") and not r["type"].startswith("pulumi:providers:") and not r.get("external"):
             rid = r["id"]
             # Several resources may share an id (an S3 bucket and its configuration resources): the reference
             # is to the one the others depend on.
@@ -167,7 +173,8 @@ def preview_form(doc: dict) -> dict:
             r["propertyDependencies"] = pdeps
             r["dependencies"] = sorted(set(r.get("dependencies") or []) | {u for v in pdeps.values() for u in v})
     for r in resources:
-        if r.get("custom") and not r["type"].startswith("pulumi:providers:"):
+        # A resource read with `.get()` is read during the preview too: its id is known.
+        if r.get("custom") and not r["type"].startswith("pulumi:providers:") and not r.get("external"):
             r.pop("id", None)
     return doc
 

@@ -326,13 +326,15 @@ def lustre_backed_up_by_aws_backup(doc):
 @mutation("aws-large", ("stateful-protected", "scratch-zfs"))
 def openzfs_without_protect(doc):
     add(doc, "aws:fsx/openZfsFileSystem:OpenZfsFileSystem", "scratch-zfs", {"deploymentType": "SINGLE_AZ_1",
-        "storageCapacity": 64, "subnetIds": [rid(doc, SUBNET)], "throughputCapacity": 64})
+        "storageCapacity": 64, "subnetIds": [rid(doc, SUBNET)], "throughputCapacity": 64,
+        "tags": {"gpu-cluster:name": "llm-large"}})
 
 
 @mutation("aws-large")
 def windows_fsx_protected(doc):
     add(doc, "aws:fsx/windowsFileSystem:WindowsFileSystem", "home-win", {"storageCapacity": 32,
-        "subnetIds": [rid(doc, SUBNET)], "throughputCapacity": 8}, protect=True)
+        "subnetIds": [rid(doc, SUBNET)], "throughputCapacity": 8, "tags": {"gpu-cluster:name": "llm-large"}},
+        protect=True)
 
 
 @mutation("aws-large", ("stateful-protected", "ontap-vol"))

@@ -157,3 +157,23 @@ def test_check_clean_and_bad_inputs(capsys, tmp_path):
     bad.write_text('{"all": "loud"}')
     assert main(["check", str(FIXTURES / "aws-baseline.json"), "--policy-config", str(bad)]) == EXIT_BAD_INPUT
     assert "enforcement level 'loud'" in capsys.readouterr().err
+
+
+def test_check_strict_fails_what_a_rule_cannot_see(capsys, tmp_path):
+    from policy_fixtures import build
+
+    case = json.loads((FIXTURES / "dedicated-subnet" / "pass-unknown-subnet-judged-at-the-update.json").read_text())
+    export = tmp_path / "export.json"
+    export.write_text(json.dumps(build(case)))
+    assert main(["check", str(export)]) == EXIT_OK
+    capsys.readouterr()
+    assert main(["check", "--strict", str(export)]) == EXIT_VIOLATION
+    out = capsys.readouterr().out
+    assert "llm-node-2" in out and "subnet unknown until the update" in out
+    # A policy the config disables stays disabled in strict mode.
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text('{"dedicated-subnet": "disabled"}')
+    capsys.readouterr()
+    main(["check", "--strict", "--json", "--policy-config", str(cfg), str(export)])
+    judged = {v["policy"] for v in json.loads(capsys.readouterr().out)["violations"]}
+    assert "dedicated-subnet" not in judged and "no-public-ip" in judged

@@ -23,15 +23,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description=__doc__.split("\n\n")[0].split(": ", 1)[1])
     p.add_argument("plan", metavar="PLAN", help="plan, stack-export (version 3 or 4) or DIY-backend state JSON file")
     p.add_argument("--policy-config", metavar="FILE", help="policy-config JSON file (Pulumi's format)")
+    p.add_argument("--strict", action="store_true",
+                   help="every policy in strict mode: a property a rule needs that is unknown fails it")
     p.add_argument("--json", action="store_true", help="one JSON document on standard output (docs/cli-json.md)")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from gpu_cluster.plan import Plan
-    from gpu_cluster.policyrun import POLICIES, format_violations, load_policy_config, run_policies
+    from gpu_cluster.policyrun import POLICIES, format_violations, load_policy_config, run_policies, strict_config
 
     config = load_policy_config(args.policy_config)
+    if args.strict:
+        config = strict_config(config)
     started = time.perf_counter()
     ui.note(f"reading {args.plan}")
     plan = Plan.load(Path(args.plan))

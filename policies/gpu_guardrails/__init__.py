@@ -11,6 +11,7 @@ from typing import Any, Mapping, Optional
 from .budget import budget_alarm, budget_covers_estimate
 from .compute import IMDS_TYPES, imdsv2_required, no_spot_only_critical, placement_required, rdma_enabled
 from .network import dedicated_subnet, no_public_ip, no_public_ssh, single_zone
+from .stack import STRICT_PROPERTY
 from .storage import (STATEFUL_TYPES, checkpoint_bucket_private, snapshot_schedule, stateful_protected,
                       storage_encrypted)
 
@@ -36,6 +37,10 @@ ALL_POLICIES = [
     checkpoint_bucket_private,
     stateful_protected,
 ]
+
+
+for _policy in ALL_POLICIES:  # every rule takes `strict` (docs/policies.md, "Unknowns")
+    _policy.config_schema.properties.setdefault("strict", STRICT_PROPERTY)
 
 
 def applies_to(policy: Any, config: Optional[Mapping[str, Any]] = None) -> Optional[frozenset]:

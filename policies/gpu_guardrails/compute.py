@@ -10,14 +10,15 @@ from .props import UNKNOWN, as_int, as_str, get, items, known, short
 from .shapes import efa_interfaces, is_gpu_type, is_tencent_hcc
 from .stack import (AWS_ASG, AWS_INSTANCE, AWS_LAUNCH_CONFIG, AWS_LAUNCH_TEMPLATE, AWS_PLACEMENT_GROUP,
                     AWS_SPOT_FLEET, AWS_SPOT_REQUEST, Node, Ref, StackView, config_list, config_value,
-                    view_of)
+                    report_unknowns, strict, view_of)
 
 
 # ---- no-spot-only-critical -------------------------------------------------------------------------
 
 def _no_spot_only_critical(args: Any, report_violation: Any) -> None:
     view = view_of(args.resources)
-    critical = {v for v in config_list(args, "criticalValues") if isinstance(v, str)} or {"critical"}
+    report_unknowns(args, view.gpu_nodes(), "no-spot-only-critical", report_violation)
+    critical = {v.strip().lower() for v in config_list(args, "criticalValues") if isinstance(v, str)} or {"critical"}
     minimum = as_int(config_value(args, "minOnDemandNodes", 1)) or 1
     for cluster, nodes in view.clusters().items():
         if not any(n.criticality in critical for n in nodes):
@@ -137,6 +138,7 @@ _PLACEMENT = {"aws": _aws_placement, "tencentcloud": _tencent_placement}
 
 def _placement_required(args: Any, report_violation: Any) -> None:
     view = view_of(args.resources)
+    report_unknowns(args, view.gpu_nodes(), "placement-required", report_violation)
     min_nodes = as_int(config_value(args, "minNodes", 2)) or 2
     tiers = {v for v in config_list(args, "alwaysForTiers") if isinstance(v, str)}
     for cluster, nodes in view.clusters().items():
@@ -235,6 +237,7 @@ _RDMA = {"aws": _aws_rdma, "tencentcloud": _tencent_rdma}
 
 def _rdma_enabled(args: Any, report_violation: Any) -> None:
     view = view_of(args.resources)
+    report_unknowns(args, view.gpu_nodes(), "rdma-enabled", report_violation)
     min_nodes = as_int(config_value(args, "minNodes", 2)) or 2
     overrides_raw = get(args.get_config(), "efaInterfaces")
     overrides = {k: get(overrides_raw, (k,)) for k in overrides_raw} if hasattr(overrides_raw, "keys") else {}
@@ -298,6 +301,11 @@ def _imdsv2_required(args: Any, report_violation: Any) -> None:
                 f"metadata_options.http_tokens is 'required'.")
         return
     tokens, endpoint = get(props, "metadataOptions.httpTokens"), get(props, "metadataOptions.httpEndpoint")
+    if (tokens is UNKNOWN or endpoint is UNKNOWN) and strict(args) and endpoint != "disabled" \
+            and tokens != "required":
+        report_violation(f"'{args.name}': metadataOptions is unknown until the update, so imdsv2-required cannot be "
+                         f"judged, and strict mode accepts nothing it cannot see.")
+        return
     if tokens is UNKNOWN or endpoint is UNKNOWN or tokens == "required" or endpoint == "disabled":
         return
     if tokens is None and t in (AWS_INSTANCE, AWS_SPOT_REQUEST) and get(props, "launchTemplate") is not None:

@@ -8,12 +8,13 @@ from typing import Any, Optional
 from pulumi_policy import EnforcementLevel, PolicyConfigSchema, StackValidationPolicy
 
 from . import cidrs
-from .props import CLUSTER_TAG, UNKNOWN, as_bool, as_int, as_str, get, items, known, short, tags_of
+from .kinds import CLUSTER_MEMBERS, HEAD_ROLE
+from .props import (CLUSTER_TAG, ROLE_TAG, UNKNOWN, as_bool, as_int, as_number, as_str, get, items, known, short,
+                    tags_of, values)
 from .shapes import is_gpu_type
-from .stack import (AWS_DEFAULT_SUBNET, AWS_INSTANCE, AWS_LAUNCH_CONFIG, AWS_LAUNCH_TEMPLATE, AWS_NODE_GROUP,
-                    AWS_SPOT_FLEET, AWS_SPOT_REQUEST, TC_INSTANCE, TC_K8S_CLUSTER,
-                    TC_NODE_POOL, TC_SCALING_CONFIG, Node, StackView, config_list, config_value, is_default_vpc,
-                    view_of)
+from .stack import (AWS_ASG, AWS_DEFAULT_SUBNET, AWS_LAUNCH_CONFIG, AWS_LAUNCH_TEMPLATE, AWS_NODE_GROUP, AWS_NOTEBOOK,
+                    CAPACITY_TYPES, ENI_TYPES, TC_SCALING_CONFIG, Node, StackView, config_list, config_value,
+                    is_default_vpc, report_unknowns, view_of)
 
 
 # ---- dedicated-subnet ---------------------------------------------------------------------------
@@ -28,13 +29,14 @@ subnet's map_public_ip_on_launch)."""
 
 def _dedicated_subnet(args: Any, report_violation: Any) -> None:
     view = view_of(args.resources)
+    report_unknowns(args, view.gpu_nodes(), "dedicated-subnet", report_violation)
     allowed = {v for v in config_list(args, "allowedSharedSubnetIds") if isinstance(v, str)}
     cluster_subnets: dict[str, str] = {}  # subnet URN → the cluster whose GPU nodes it hosts
     for node in view.gpu_nodes():
         name, cluster = node.label, node.cluster or "(untagged)"
         if not node.subnets:
-            if node.cloud in DEFAULT_VPC_CLOUDS and node.resource.resource_type != AWS_NODE_GROUP \
-                    and not any(t.unknown for t in node.templates):
+            if node.cloud in DEFAULT_VPC_CLOUDS and node.kind is not None and node.kind.default_vpc \
+                    and node.spec is None and not any(t.unknown for t in node.templates):
                 report_violation(
                     f"GPU node '{name}' sets no subnet, so AWS launches it in the default VPC; give it the "
                     f"subnet this stack creates for cluster '{cluster}'.", node.urn)
@@ -64,17 +66,62 @@ def _dedicated_subnet(args: Any, report_violation: Any) -> None:
                     node.urn)
                 continue
             cluster_subnets.setdefault(subnet.urn, node.cluster)
+    _others_in_cluster_subnets(view, cluster_subnets, report_violation)
+
+
+def _others_in_cluster_subnets(view: StackView, cluster_subnets: dict[str, str], report_violation: Any) -> None:
+    """What else sits in a cluster's subnet. Members: the cluster's GPU capacity, its one head node
+    (capacity tagged gpu-cluster:role=head), and its file systems and VPC endpoints (`CLUSTER_MEMBERS`)
+    tagged with the cluster. Anything else — other machines, a copy of the cluster tag on a non-GPU machine
+    that is not its head, Lambda functions, database subnet groups, load balancers, interfaces attached to
+    other machines — is reported."""
+    heads: dict[str, str] = {}
+    gpu_urns: dict[str, set[str]] = {}
+    for n in view.gpu_nodes():
+        gpu_urns.setdefault(n.cluster, set()).add(n.urn)
     for n in view.capacity():
         for ref in n.subnets:
             if ref.resource is None or ref.resource.urn not in cluster_subnets:
                 continue
             owner = cluster_subnets[ref.resource.urn]
-            if n.cluster != owner:
+            why = _not_member(n, owner, heads)
+            if why:
                 report_violation(
-                    f"'{n.label}' is not part of cluster '{owner or '(untagged)'}' but runs in its subnet "
-                    f"'{short(ref.resource.urn)}'; move it to a subnet of its own so the GPU cluster's "
-                    f"subnet stays dedicated.", n.urn)
+                    f"'{n.label}' {why} but runs in the subnet '{short(ref.resource.urn)}' of cluster "
+                    f"'{owner or '(untagged)'}'; move it to a subnet of its own so the GPU cluster's subnet "
+                    f"stays dedicated.", n.urn)
                 break
+    for p in view.placements():
+        for ref in p.subnets:
+            if ref.resource is None or ref.resource.urn not in cluster_subnets:
+                continue
+            owner = cluster_subnets[ref.resource.urn]
+            if p.urn in gpu_urns.get(owner, set()):
+                continue  # the cluster's own capacity resource (a TKE cluster's pod interfaces)
+            if p.resource.resource_type in CLUSTER_MEMBERS and owner and p.cluster == owner:
+                continue
+            what = p.resource.resource_type.rsplit(":", 1)[-1]
+            report_violation(
+                f"'{p.label}' ({what}) places a workload or network interface in the subnet "
+                f"'{short(ref.resource.urn)}' of GPU cluster '{owner or '(untagged)'}'; only the cluster's "
+                f"nodes, its head node, file systems and VPC endpoints may use it: give it a subnet of its own.",
+                p.urn)
+            break
+
+
+def _not_member(n: Node, owner: str, heads: dict[str, str]) -> str:
+    """Why capacity record `n` is not a member of cluster `owner` ("" when it is)."""
+    if n.is_gpu:
+        return "" if n.cluster == owner else "is not part of the cluster"
+    if not owner or n.cluster != owner:
+        return "is not part of the cluster"
+    if n.role != HEAD_ROLE:
+        return (f"is tagged {CLUSTER_TAG}={owner} without being a GPU node or its head node "
+                f"({ROLE_TAG}={HEAD_ROLE})")
+    first = heads.setdefault(owner, n.urn)
+    if first != n.urn:
+        return f"is a second head node of the cluster (the first is '{short(first)}')"
+    return ""
 
 
 dedicated_subnet = StackValidationPolicy(
@@ -106,6 +153,7 @@ _ZONED_TYPES = (
 
 def _single_zone(args: Any, report_violation: Any) -> None:
     view = view_of(args.resources)
+    report_unknowns(args, view.gpu_nodes(), "single-zone", report_violation)
     include_storage = config_value(args, "includeStorage", True) is not False
     for cluster, nodes in view.clusters().items():
         members: dict[str, tuple[Any, list[str]]] = {}
@@ -615,24 +663,20 @@ def _primary_nic_public(lt: Any) -> Optional[bool]:
 
 def _explicit_public(view: StackView, node: Node) -> tuple[Optional[bool], Any]:
     """(the node's own public-address setting, the resource that sets it), looking through its templates."""
-    t, p = node.resource.resource_type, node.resource.props
-    if t in (AWS_INSTANCE, AWS_SPOT_REQUEST):
-        v = get(p, "associatePublicIpAddress")
-        if v is not None and v is not UNKNOWN:
-            return as_bool(v), node.resource
-    elif t == AWS_SPOT_FLEET:
-        for spec in items(get(p, "launchSpecifications")):
-            if as_bool(get(spec, "associatePublicIpAddress")) is True:
-                return True, node.resource
-    elif t == TC_INSTANCE:
-        v = get(p, "allocatePublicIp")
-        return (None if v is UNKNOWN else as_bool(v)), node.resource
-    elif t == TC_NODE_POOL:
-        v = get(p, "autoScalingConfig.publicIpAssigned")
-        return (None if v is UNKNOWN else as_bool(v)), node.resource
-    elif t == TC_K8S_CLUSTER:
-        v = get(node.spec, "publicIpAssigned")
-        return (None if v is UNKNOWN else as_bool(v)), node.resource
+    kind, props = node.kind, node.props
+    if kind is not None:
+        settings = [v for path in kind.public for v in values(props, path)]
+        settings += [UNKNOWN if v is UNKNOWN else (as_number(v) or 0) > 0
+                     for path in kind.public_bandwidth for v in values(props, path)]
+        if node.resource.resource_type == AWS_NOTEBOOK:
+            # SageMaker gives a notebook direct internet access unless told not to (DirectInternetAccess,
+            # default Enabled: SageMaker API CreateNotebookInstance).
+            access = get(props, "directInternetAccess")
+            settings.append(UNKNOWN if access is UNKNOWN else as_str(access) != "Disabled")
+        if any(as_bool(v) is True for v in settings):
+            return True, node.resource
+        if settings and all(as_bool(v) is False for v in settings):
+            return False, node.resource
     for ref in node.templates:
         lt = ref.resource
         if lt is None:
@@ -652,6 +696,24 @@ def _explicit_public(view: StackView, node: Node) -> tuple[Optional[bool], Any]:
     return None, None
 
 
+def _ipv6(view: StackView, node: Node) -> Optional[str]:
+    """Where a GPU node gets a global IPv6 address (AWS IPv6 addresses are globally unique and routable:
+    VPC user guide, "IP addressing for your VPCs and subnets"), or None."""
+    kind = node.kind
+    places = [(node.resource, v) for path in (kind.ipv6 if kind else ()) for v in values(node.props, path)]
+    for ref in node.templates:
+        if ref.resource is not None and ref.resource.resource_type == AWS_LAUNCH_TEMPLATE:
+            for path in ("networkInterfaces[].ipv6AddressCount", "networkInterfaces[].ipv6Addresses[]"):
+                places += [(ref.resource, v) for v in values(ref.resource.props, path)]
+    for where, v in places:
+        if (isinstance(v, str) and v and v is not UNKNOWN) or (as_number(v) or 0) > 0:
+            return f"'{short(where.urn)}' asks for one"
+    for ref in node.subnets:
+        if ref.resource is not None and as_bool(get(ref.resource.props, "assignIpv6AddressOnCreation")) is True:
+            return f"its subnet '{short(ref.resource.urn)}' assigns one on creation"
+    return None
+
+
 def _maps_public(subnet: Any) -> bool:
     v = get(subnet.props, "mapPublicIpOnLaunch")
     if v is None and subnet.resource_type == AWS_DEFAULT_SUBNET:
@@ -663,6 +725,7 @@ def _maps_public(subnet: Any) -> bool:
 
 def _no_public_ip(args: Any, report_violation: Any) -> None:
     view = view_of(args.resources)
+    report_unknowns(args, view.gpu_nodes(), "no-public-ip", report_violation)
     reported: set[str] = set()
 
     def report(urn: str, message: str) -> None:
@@ -671,7 +734,6 @@ def _no_public_ip(args: Any, report_violation: Any) -> None:
             report_violation(message, urn)
 
     nodes = view.gpu_nodes()
-    node_ids: dict[str, Node] = {}
     for node in nodes:
         setting, where = _explicit_public(view, node)
         if setting is True:
@@ -686,9 +748,11 @@ def _no_public_ip(args: Any, report_violation: Any) -> None:
                            f"Subnet '{short(ref.resource.urn)}' gives GPU node '{node.label}' a public IP address "
                            f"(map_public_ip_on_launch); set it to false, or set associate_public_ip_address=false "
                            f"on the node's primary network interface.")
-        rid = as_str(get(node.resource.props, "id"))
-        if rid:
-            node_ids[rid] = node
+        v6 = _ipv6(view, node)
+        if v6 is not None:
+            report(node.urn, f"GPU node '{node.label}' gets a global IPv6 address ({v6}), reachable from the "
+                             f"internet wherever the VPC routes IPv6 to an internet gateway; give GPU nodes no "
+                             f"IPv6 address (ipv6_address_count 0, assign_ipv6_address_on_creation false).")
     # Templates with a GPU instance type that hand out public addresses, used by a node or not.
     for lt in view.of_type(AWS_LAUNCH_TEMPLATE, AWS_LAUNCH_CONFIG, TC_SCALING_CONFIG):
         if lt.urn in reported:
@@ -707,18 +771,68 @@ def _no_public_ip(args: Any, report_violation: Any) -> None:
                            f"associate_public_ip_address / public_ip_assigned to false.")
     if config_value(args, "includeElasticIps", True) is False:
         return
-    # Elastic IPs bound to a GPU node.
-    targets = tuple({n.resource.resource_type for n in nodes if n.resource.resource_type in
-                     (AWS_INSTANCE, AWS_SPOT_REQUEST, TC_INSTANCE)})
+    _bound_public_addresses(view, nodes, report)
+
+
+def _bound_public_addresses(view: StackView, nodes: list[Node], report: Any) -> None:
+    """Elastic IPs bound to a GPU node (directly or through one of its network interfaces), and internet-facing
+    load balancers forwarding to one."""
     gpu_urns = {n.urn for n in nodes}
-    for eip, key in [(e, "instance") for e in view.of_type(AWS_EIP)] + \
-                    [(e, "instanceId") for e in view.of_type(AWS_EIP_ASSOC, TC_EIP_ASSOC)]:
-        if get(eip.props, key) is None or not targets:
-            continue
-        ref = view.ref(eip, key, targets, keys=("id", "spotInstanceId"))
-        if ref.resource is not None and ref.resource.urn in gpu_urns:
+    machines = tuple({n.resource.resource_type for n in nodes})
+    binds = [(e, "instance", "networkInterface") for e in view.of_type(AWS_EIP)] + \
+            [(e, "instanceId", "networkInterfaceId") for e in view.of_type(AWS_EIP_ASSOC, TC_EIP_ASSOC)]
+    for eip, to_machine, to_eni in binds:
+        target = None
+        if get(eip.props, to_machine) is not None and machines:
+            target = view.ref(eip, to_machine, machines, keys=("id", "spotInstanceId")).resource
+        if target is None and get(eip.props, to_eni) is not None:
+            eni = view.ref(eip, to_eni, ENI_TYPES, keys=("id",)).resource
+            target = view.eni_owner(eni) if eni is not None else None
+        if target is not None and target.urn in gpu_urns:
             report(eip.urn, f"Elastic IP '{short(eip.urn)}' binds a public address to GPU node "
-                            f"'{short(ref.resource.urn)}'; remove it and reach the node through the NAT gateway.")
+                            f"'{short(target.urn)}'; remove it and reach the node through the NAT gateway.")
+    for lb, node in _internet_load_balancers(view, nodes):
+        report(lb.urn, f"Internet-facing load balancer '{short(lb.urn)}' forwards traffic from the internet to GPU "
+                       f"node '{node.label}'; make it internal (internal=True) or keep GPU nodes out of its "
+                       f"target groups.")
+
+
+AWS_LBS = ("aws:lb/loadBalancer:LoadBalancer", "aws:alb/loadBalancer:LoadBalancer")
+AWS_LISTENERS = ("aws:lb/listener:Listener", "aws:alb/listener:Listener")
+AWS_TARGET_GROUPS = ("aws:lb/targetGroup:TargetGroup", "aws:alb/targetGroup:TargetGroup")
+AWS_TG_ATTACHMENTS = ("aws:lb/targetGroupAttachment:TargetGroupAttachment",
+                      "aws:alb/targetGroupAttachment:TargetGroupAttachment")
+
+
+def _internet_load_balancers(view: StackView, nodes: list[Node]) -> list[tuple[Any, Node]]:
+    """(load balancer, GPU node) for every internet-facing AWS load balancer (`internal` unset or false:
+    ELB API CreateLoadBalancer, Scheme default internet-facing) with a listener whose target group holds a
+    GPU node: by instance id, or an autoscaling group's target_group_arns."""
+    by_urn = {n.urn: n for n in nodes}
+    groups: dict[str, Node] = {}  # target group URN → a GPU node in it
+    for att in view.of_type(*AWS_TG_ATTACHMENTS):
+        tg = view.ref(att, "targetGroupArn", AWS_TARGET_GROUPS, keys=("arn", "id")).resource
+        target = view.ref(att, "targetId", CAPACITY_TYPES, keys=("id", "privateIp")).resource
+        if tg is not None and target is not None and target.urn in by_urn:
+            groups.setdefault(tg.urn, by_urn[target.urn])
+    for n in nodes:
+        for v in values(n.resource.props, "targetGroupArns[]") if n.resource.resource_type == AWS_ASG else []:
+            tg = view.ref(n.resource, "targetGroupArns", AWS_TARGET_GROUPS, value=v, keys=("arn", "id")).resource
+            if tg is not None:
+                groups.setdefault(tg.urn, n)
+    out: list[tuple[Any, Node]] = []
+    for listener in view.of_type(*AWS_LISTENERS):
+        lb = view.ref(listener, "loadBalancerArn", AWS_LBS, keys=("arn", "id")).resource
+        if lb is None or as_bool(get(lb.props, "internal")) is True or get(lb.props, "internal") is UNKNOWN:
+            continue
+        arns = values(listener.props, "defaultActions[].targetGroupArn") + \
+            values(listener.props, "defaultActions[].forward.targetGroups[].arn")
+        for arn in arns:
+            tg = view.ref(listener, "defaultActions", AWS_TARGET_GROUPS, value=arn, keys=("arn", "id")).resource
+            if tg is not None and tg.urn in groups:
+                out.append((lb, groups[tg.urn]))
+                break
+    return out
 
 
 no_public_ip = StackValidationPolicy(

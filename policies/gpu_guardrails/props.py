@@ -46,6 +46,8 @@ UNKNOWN = _Unknown()
 CLUSTER_TAG = "gpu-cluster:name"
 TIER_TAG = "gpu-cluster:tier"
 CRITICALITY_TAG = "gpu-cluster:criticality"
+ROLE_TAG = "gpu-cluster:role"
+TAG_PREFIX = "gpu-cluster:"
 
 
 _PATHS: dict[str, tuple[str, ...]] = {}
@@ -100,6 +102,33 @@ def get(obj: Any, path: str | Iterable[Any] = (), default: Any = None) -> Any:
     return default if cur is None else cur
 
 
+_SEGMENTS: dict[str, tuple[tuple[str, bool], ...]] = {}
+
+
+def values(obj: Any, path: str) -> list[Any]:
+    """Every value at a table path ("a.b[].c": `[]` walks a list): known values and `UNKNOWN`, missing ones
+    dropped. A single value where the path expects a list counts as a list of one."""
+    segments = _SEGMENTS.get(path)
+    if segments is None:
+        segments = _SEGMENTS[path] = tuple((s[:-2], True) if s.endswith("[]") else (s, False)
+                                           for s in path.split("."))
+    current = [obj]
+    for key, is_list in segments:
+        found: list[Any] = []
+        for c in current:
+            v = get(c, (key,))
+            if v is None:
+                continue
+            if is_list and v is not UNKNOWN and not isinstance(v, (str, bytes, Mapping)):
+                found.extend(x for x in items(v) if x is not None)
+            else:
+                found.append(v)
+        current = found
+        if not current:
+            break
+    return current
+
+
 def known(value: Any) -> bool:
     return value is not None and value is not UNKNOWN
 
@@ -143,20 +172,25 @@ def as_bool(value: Any) -> Optional[bool]:
     return None
 
 
-def tags_of(props: Any) -> dict[str, str]:
-    """Tags as a dict: a `tags` map, or an autoscaling group's list of {key, value}."""
-    raw = get(props, "tags")
+def _tag_key(key: str) -> str:
+    """This pack's own tag keys are matched case-insensitively (`GPU-Cluster:Name` is `gpu-cluster:name`)."""
+    return key.lower() if key[:len(TAG_PREFIX)].lower() == TAG_PREFIX else key
+
+
+def tags_of(props: Any, path: str = "tags") -> dict[str, str]:
+    """Tags as a dict: a map at `path`, or a list of {key, value} (an autoscaling group's, CloudFormation's)."""
+    raw = get(props, path)
     out: dict[str, str] = {}
     if isinstance(raw, Mapping):
         for k in list(raw):
             v = get(raw, (k,))
             if isinstance(v, str):
-                out[str(k)] = v
+                out[_tag_key(str(k))] = v
     else:
         for tag in items(raw):
             k, v = as_str(get(tag, "key")), as_str(get(tag, "value"))
             if k is not None and v is not None:
-                out[k] = v
+                out[_tag_key(k)] = v
     return out
 
 

@@ -10,9 +10,10 @@ import re
 
 from pulumi_policy import EnforcementLevel, PolicyConfigSchema, ResourceValidationPolicy, StackValidationPolicy
 
-from .props import UNKNOWN, as_bool, as_int, as_str, get, items, known, short
-from .stack import (AWS_INSTANCE, AWS_LAUNCH_CONFIG, AWS_LAUNCH_TEMPLATE, AWS_SPOT_FLEET, TC_INSTANCE, TC_K8S_CLUSTER,
-                    TC_NODE_POOL, StackView, config_value, view_of)
+from .props import UNKNOWN, as_bool, as_int, as_str, get, items, known, short, values
+from .stack import (AWS_ASG, AWS_BATCH, AWS_FLEET, AWS_INSTANCE, AWS_LAUNCH_CONFIG, AWS_LAUNCH_TEMPLATE,
+                    AWS_NODE_GROUP, AWS_SPOT_FLEET, AWS_SPOT_REQUEST, TC_INSTANCE, TC_K8S_CLUSTER, TC_NATIVE_POOL,
+                    TC_NODE_POOL, TC_SCALE_WORKER, StackView, config_value, report_unknowns, strict, view_of)
 
 AWS_VOLUME = "aws:ebs/volume:Volume"
 AWS_LUSTRE = "aws:fsx/lustreFileSystem:LustreFileSystem"
@@ -215,8 +216,10 @@ def _snapshot_schedule(args: Any, report_violation: Any) -> None:
         deployment = as_str(get(fs.props, "deploymentType")) or ""
         if deployment.startswith("SCRATCH"):
             continue  # scratch file systems cannot be backed up; they hold nothing that must survive
-        if fs.urn in linked:
-            continue  # FSx cannot back up a file system linked to S3; the bucket is its durable copy
+        if fs.urn in linked or get(fs.props, "importPath") is not None or get(fs.props, "exportPath") is not None:
+            # FSx cannot back up a file system linked to an S3 data repository (FSx for Lustre user guide,
+            # "Protecting your data with backups"); the bucket is its durable copy.
+            continue
         days = get(fs.props, "automaticBackupRetentionDays")
         if days is UNKNOWN:
             continue
@@ -282,8 +285,8 @@ snapshot_schedule = StackValidationPolicy(
 # ---- storage-encrypted --------------------------------------------------------------------------------
 
 _EBS_KINDS = (AWS_VOLUME, AWS_LAUNCH_TEMPLATE, AWS_INSTANCE, AWS_LAUNCH_CONFIG, AWS_SPOT_FLEET)
-ENCRYPTED_TYPES = (*_EBS_KINDS, AWS_EFS, *AWS_FSX, *AWS_BUCKETS, *AWS_SSE, TC_DISK, TC_INSTANCE, TC_NODE_POOL,
-                   TC_K8S_CLUSTER, TC_BUCKET)
+ENCRYPTED_TYPES = (*_EBS_KINDS, AWS_EFS, *AWS_FSX, *AWS_BUCKETS, *AWS_SSE, TC_DISK, TC_DISK_SET, TC_INSTANCE,
+                   TC_NODE_POOL, TC_K8S_CLUSTER, TC_SCALE_WORKER, TC_NATIVE_POOL, TC_BUCKET)
 
 
 def _encryption_problems(t: str, p: Any, cmk: bool, ebs_default: bool, ebs_default_cmk: bool) -> Iterable[str]:
@@ -300,9 +303,15 @@ def _encryption_problems(t: str, p: Any, cmk: bool, ebs_default: bool, ebs_defau
         yield from _tencent_encryption_problems(t, p, cmk)
 
 
+_STRICT = [False]  # storage-encrypted runs in strict mode (set while it runs)
+
+
 def _unless_true(value: Any, what: str) -> Iterable[str]:
-    """`what` (the fix) unless `value` is known to be true."""
-    if value is not UNKNOWN and as_bool(value) is not True:
+    """`what` (the fix) unless `value` is known to be true; in strict mode an unknown value is not true."""
+    if value is UNKNOWN:
+        if _STRICT[0]:
+            yield f"{what} (the value is unknown until the update, and strict mode accepts nothing it cannot see)"
+    elif as_bool(value) is not True:
         yield what
 
 
@@ -319,7 +328,12 @@ def _ebs_encryption_problems(t: str, p: Any, cmk: bool, ebs_default: bool) -> It
         if cmk and get(p, "kmsKeyId") is None:
             yield "set kms_key_id to a customer-managed KMS key"
     elif t == AWS_LAUNCH_TEMPLATE:
-        for m in items(get(p, "blockDeviceMappings")):
+        mappings = get(p, "blockDeviceMappings")
+        if mappings is None and not ebs_default and get(p, "imageId") is not None:
+            # Without a mapping the root volume is the AMI's snapshot as it is, encrypted only if it was.
+            yield ("declare block_device_mappings for the root device with ebs.encrypted=True (without one the "
+                   "root volume copies the AMI's snapshot, encrypted or not)")
+        for m in items(mappings):
             if get(m, "ebs") is not None:
                 yield from _ebs_flag(get(m, "ebs.encrypted"),
                                      f"set ebs.encrypted=True on block device {as_str(get(m, 'deviceName')) or '?'}",
@@ -381,6 +395,12 @@ def _tencent_encryption_problems(t: str, p: Any, cmk: bool) -> Iterable[str]:
     elif t == TC_INSTANCE:
         for i, d in enumerate(items(get(p, "dataDisks"))):
             yield from _unless_true(get(d, "encrypt"), f"set encrypt=True on data disk {i}")
+    elif t == TC_DISK_SET:
+        yield from _unless_true(get(p, "encrypt"), "set encrypt=True")
+    elif t in (TC_SCALE_WORKER, TC_NATIVE_POOL):
+        path = "workerConfig.dataDisks[]" if t == TC_SCALE_WORKER else "native.dataDisks[]"
+        for i, d in enumerate(values(p, path)):
+            yield from _unless_true(get(d, "encrypt"), f"set encrypt=True on data disk {i}")
     elif t == TC_NODE_POOL:
         for i, d in enumerate(items(get(p, "autoScalingConfig.dataDisks"))):
             yield from _unless_true(get(d, "encrypt"), f"set encrypt=True on auto_scaling_config data disk {i}")
@@ -396,17 +416,47 @@ def _tencent_encryption_problems(t: str, p: Any, cmk: bool) -> Iterable[str]:
             yield "set encryption_algorithm 'KMS' with kms_id"
 
 
+def _region(res: Any) -> Optional[str]:
+    """The region a resource lives in: its own `region` (pulumi-aws 7), else its provider's."""
+    own = as_str(get(res.props, "region"))
+    if own:
+        return own
+    provider = getattr(res, "provider", None)
+    return as_str(get(provider.props, "region")) if provider is not None else None
+
+
 def _storage_encrypted(args: Any, report_violation: Any) -> None:
+    _STRICT[0] = strict(args)
+    try:
+        _judge_encryption(args, report_violation)
+    finally:
+        _STRICT[0] = False
+
+
+def _judge_encryption(args: Any, report_violation: Any) -> None:
     view = view_of(args.resources)
+    report_unknowns(args, view.gpu_nodes(), "storage-encrypted", report_violation)
     cmk = config_value(args, "requireCustomerManagedKey", False) is True
-    defaults = view.of_type(AWS_EBS_DEFAULT)
-    ebs_default = any(get(d.props, "enabled") is UNKNOWN or as_bool(get(d.props, "enabled")) is not False
-                      for d in defaults)
-    ebs_default_cmk = ebs_default and bool(view.of_type("aws:ebs/defaultKmsKey:DefaultKmsKey"))
+    # EBS encryption by default is a setting of one account and region: it covers volumes in its region only.
+    defaults = {_region(d) for d in view.of_type(AWS_EBS_DEFAULT)
+                if get(d.props, "enabled") is UNKNOWN or as_bool(get(d.props, "enabled")) is not False}
+    default_keys = {_region(d) for d in view.of_type("aws:ebs/defaultKmsKey:DefaultKmsKey")}
     for res in view.of_type(*ENCRYPTED_TYPES):
-        for fix in dict.fromkeys(_encryption_problems(res.resource_type, res.props, cmk, ebs_default, ebs_default_cmk)):
+        region = _region(res)
+        ebs_default = region in defaults
+        for fix in dict.fromkeys(_encryption_problems(res.resource_type, res.props, cmk, ebs_default,
+                                                      ebs_default and region in default_keys)):
             report_violation(f"'{short(res.urn)}' ({res.resource_type.rsplit(':', 1)[-1]}) stores data unencrypted "
                              f"or with the wrong key; {fix}.", res.urn)
+    for node in view.gpu_nodes():
+        outside = [t.outside for t in node.templates if t.outside is not None]
+        if outside and node.resource.resource_type in (AWS_INSTANCE, AWS_SPOT_REQUEST, AWS_ASG, AWS_FLEET,
+                                                       AWS_SPOT_FLEET, AWS_NODE_GROUP, AWS_BATCH) \
+                and _region(node.resource) not in defaults:
+            report_violation(
+                f"GPU node '{node.label}' launches from launch template {outside[0]}, which this stack does not "
+                f"define, so the encryption of its disks cannot be checked; define the launch template in the "
+                f"stack (block devices with encrypted=True) or turn on aws.ebs.EncryptionByDefault.", node.urn)
 
 
 storage_encrypted = StackValidationPolicy(
