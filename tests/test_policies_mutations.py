@@ -133,8 +133,9 @@ def fleet_override_in_an_outside_subnet(doc):
         "targetCapacitySpecification": {"defaultTargetCapacityType": "on-demand", "totalTargetCapacity": 1}, "tags": A_TAGS})
 
 
-@mutation("aws-large", ("dedicated-subnet", "web-asg"))
+@mutation("aws-large", ("dedicated-subnet", "web-asg"), ("storage-encrypted", "web-asg"))
 def web_autoscaling_group_in_the_gpu_subnet(doc):
+    # web-lt declares no root volume: the group's machines copy the AMI's snapshot, encrypted or not
     add(doc, "aws:ec2/launchTemplate:LaunchTemplate", "web-lt", {"instanceType": "t3.large",
         "metadataOptions": {"httpTokens": "required"}}, rid_="lt-0web")
     add(doc, "aws:autoscaling/group:Group", "web-asg", {"launchTemplate": {"id": "lt-0web", "version": "$Latest"},

@@ -8,7 +8,7 @@ from pulumi_policy import EnforcementLevel, PolicyConfigSchema, ResourceValidati
 
 from .props import UNKNOWN, as_int, as_str, get, items, known, short
 from .shapes import efa_interfaces, is_gpu_type, is_tencent_hcc
-from .stack import (AWS_ASG, AWS_INSTANCE, AWS_LAUNCH_CONFIG, AWS_LAUNCH_TEMPLATE, AWS_PLACEMENT_GROUP,
+from .stack import (AWS_BATCH, AWS_EMR, AWS_NOTEBOOK, AWS_ASG, AWS_INSTANCE, AWS_LAUNCH_CONFIG, AWS_LAUNCH_TEMPLATE, AWS_PLACEMENT_GROUP,
                     AWS_SPOT_FLEET, AWS_SPOT_REQUEST, Node, Ref, StackView, config_list, config_value,
                     report_unknowns, strict, view_of)
 
@@ -67,6 +67,9 @@ def _placement_ref(view: StackView, node: Node) -> Ref:
         for key in ("placementGroup", "placementGroupId"):
             if get(res.props, key) is not None:
                 return view.ref(res, key, (AWS_PLACEMENT_GROUP,), keys=_PG_KEYS)
+    if res.resource_type == AWS_BATCH and get(res.props, "computeResources.placementGroup") is not None:
+        return view.ref(res, "computeResources", (AWS_PLACEMENT_GROUP,),
+                        value=get(res.props, "computeResources.placementGroup"), keys=_PG_KEYS)
     if res.resource_type == AWS_SPOT_FLEET:
         for spec in items(get(res.props, "launchSpecifications")):
             if get(spec, "placementGroup") is not None:
@@ -132,6 +135,11 @@ def _tencent_placement(view: Any, n: Any, label: str, why: str, report_violation
             f"in the cluster's zone and set hpc_cluster_id on every node.", n.urn)
 
 
+UNPLACEABLE = (AWS_NOTEBOOK, AWS_EMR)
+"""GPU capacity no placement group can hold (a SageMaker notebook has no placement option; an EMR cluster's
+placement_group_configs place only its primary nodes, with strategy SPREAD: EMR management guide, "EMR
+integration with EC2 placement groups"): counted in the cluster, never asked for one."""
+
 _PLACEMENT = {"aws": _aws_placement, "tencentcloud": _tencent_placement}
 """How each cloud packs a cluster's nodes together."""
 
@@ -148,6 +156,8 @@ def _placement_required(args: Any, report_violation: Any) -> None:
         why = f"{total} nodes" if total >= min_nodes else f"tier {nodes[0].tier}"
         label = cluster or "(untagged)"
         for n in nodes:
+            if n.resource.resource_type in UNPLACEABLE:
+                continue
             check = _PLACEMENT.get(n.cloud)
             if check is not None:
                 check(view, n, label, why, report_violation)
@@ -276,12 +286,12 @@ rdma_enabled = StackValidationPolicy(
 
 # ---- imdsv2-required ---------------------------------------------------------------------------------
 
-IMDS_TYPES = (AWS_INSTANCE, AWS_SPOT_REQUEST, AWS_LAUNCH_TEMPLATE, AWS_LAUNCH_CONFIG, AWS_SPOT_FLEET)
+IMDS_TYPES = (AWS_INSTANCE, AWS_SPOT_REQUEST, AWS_LAUNCH_TEMPLATE, AWS_LAUNCH_CONFIG, AWS_SPOT_FLEET, AWS_NOTEBOOK)
 
 
 def _imds_gpu(props: Any, resource_type: str) -> bool:
     types = [get(props, "instanceType")] + [get(s, "instanceType") for s in items(get(props, "launchSpecifications"))]
-    return any(is_gpu_type(as_str(t)) for t in types)
+    return any(is_gpu_type((as_str(t) or "").removeprefix("ml.")) for t in types)  # ml.: SageMaker
 
 
 def _imdsv2_required(args: Any, report_violation: Any) -> None:
@@ -289,6 +299,15 @@ def _imdsv2_required(args: Any, report_violation: Any) -> None:
     if t not in IMDS_TYPES:
         return
     if config_value(args, "gpuNodesOnly", False) is True and not _imds_gpu(props, t):
+        return
+    if t == AWS_NOTEBOOK:
+        # SageMaker notebooks allow IMDSv1 unless told otherwise (CreateNotebookInstance,
+        # InstanceMetadataServiceConfiguration.MinimumInstanceMetadataServiceVersion: "1" or "2", default "1").
+        version = get(props, "instanceMetadataServiceConfiguration.minimumInstanceMetadataServiceVersion")
+        if version is not UNKNOWN and as_str(version) != "2":
+            report_violation(
+                f"The SageMaker notebook '{args.name}' allows IMDSv1; set instance_metadata_service_configuration."
+                f"minimum_instance_metadata_service_version='2'.")
         return
     if t == AWS_SPOT_FLEET:
         # Spot-fleet launch specifications have no metadata options (pulumi-aws 7.51.1

@@ -787,14 +787,37 @@ def _bound_public_addresses(view: StackView, nodes: list[Node], report: Any) -> 
             target = view.ref(eip, to_machine, machines, keys=("id", "spotInstanceId")).resource
         if target is None and get(eip.props, to_eni) is not None:
             eni = view.ref(eip, to_eni, ENI_TYPES, keys=("id",)).resource
-            target = view.eni_owner(eni) if eni is not None else None
+            # an interface of the stack, or a machine's own primary interface (its output)
+            target = view.eni_owner(eni) if eni is not None else \
+                view.ref(eip, to_eni, machines, keys=("primaryNetworkInterfaceId",)).resource
         if target is not None and target.urn in gpu_urns:
             report(eip.urn, f"Elastic IP '{short(eip.urn)}' binds a public address to GPU node "
                             f"'{short(target.urn)}'; remove it and reach the node through the NAT gateway.")
-    for lb, node in _internet_load_balancers(view, nodes):
+    for lb, node in _internet_load_balancers(view, nodes) + _open_clbs(view, nodes):
         report(lb.urn, f"Internet-facing load balancer '{short(lb.urn)}' forwards traffic from the internet to GPU "
                        f"node '{node.label}'; make it internal (internal=True) or keep GPU nodes out of its "
                        f"target groups.")
+
+
+TC_CLB = "tencentcloud:Clb/instance:Instance"
+TC_CLB_ATTACHMENT = "tencentcloud:Clb/attachment:Attachment"
+
+
+def _open_clbs(view: StackView, nodes: list[Node]) -> list[tuple[Any, Node]]:
+    """(CLB, GPU node) for every public Tencent CLB (network_type OPEN) with a listener target on a GPU node."""
+    by_urn = {n.urn: n for n in nodes}
+    machines = tuple({n.resource.resource_type for n in nodes})
+    out: list[tuple[Any, Node]] = []
+    for att in view.of_type(TC_CLB_ATTACHMENT):
+        clb = view.ref(att, "clbId", (TC_CLB,), keys=("id",)).resource
+        if clb is None or as_str(get(clb.props, "networkType")) != "OPEN" or not machines:
+            continue
+        for v in values(att.props, "targets[].instanceId"):
+            target = view.ref(att, "targets", machines, value=v, keys=("id",)).resource
+            if target is not None and target.urn in by_urn:
+                out.append((clb, by_urn[target.urn]))
+                break
+    return out
 
 
 AWS_LBS = ("aws:lb/loadBalancer:LoadBalancer", "aws:alb/loadBalancer:LoadBalancer")

@@ -194,6 +194,19 @@ def tags_of(props: Any, path: str = "tags") -> dict[str, str]:
     return out
 
 
+def tags_at(props: Any, path: str) -> dict[str, str]:
+    """Tags at a table path: a map (`tags`), a list of {key, value} (`tags[]`), or lists inside objects
+    (`tags[].tags[]`, a TKE native node pool's per-resource-type tags)."""
+    if "[]" not in path:
+        return tags_of(props, path)
+    out: dict[str, str] = {}
+    for tag in values(props, path):
+        k, v = as_str(get(tag, "key")), as_str(get(tag, "value"))
+        if k is not None and v is not None:
+            out.setdefault(_tag_key(k), v)
+    return out
+
+
 def short(urn: str) -> str:
     """The logical name of a URN (its last segment)."""
     return urn.rsplit("::", 1)[-1] if urn else "the stack"

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Sequence
 
 from .props import (CLUSTER_TAG, CRITICALITY_TAG, ROLE_TAG, TIER_TAG, UNKNOWN, as_bool, as_int, as_str, get, items,
-                    known, tags_of, values)
+                    known, tags_at, tags_of, values)
 from .shapes import is_gpu_type
 
 from .kinds import (AWS_ASG, AWS_BATCH, AWS_EMR, AWS_ENI, AWS_ENI_ATTACHMENT, AWS_FLEET, AWS_INSTANCE,  # noqa: F401
@@ -408,13 +408,14 @@ class StackView:
 
     def _tags(self, props: Any, paths: tuple[str, ...], tmpl: list[Any]) -> dict[str, str]:
         """The resource's tags, then its provider default tags (`tagsAll`), then what its templates put on
-        the machines (launch-template tag specifications): the first place that names a key wins."""
+        the machines (launch-template tag specifications, scaling-config instance tags): the first place
+        that names a key wins."""
         out: dict[str, str] = {}
         for path in paths:
-            for k, v in tags_of(props, path.replace("[]", "")).items():
+            for k, v in tags_at(props, path).items():
                 out.setdefault(k, v)
         for tr in tmpl:
-            for k, v in {**_lt_instance_tags(tr), **tags_of(tr.props)}.items():
+            for k, v in {**_lt_instance_tags(tr), **tags_of(tr.props, "instanceTags"), **tags_of(tr.props)}.items():
                 out.setdefault(k, v)
         return out
 
@@ -550,23 +551,25 @@ class StackView:
         if not each_prop:
             for eni in self.enis_of(res):
                 refs += [r for r in self._eni_subnets(eni) if r not in refs]
-        if refs and not all(r.unknown for r in refs):
-            return refs
-        # Nothing known on the resource itself: what its launch templates' interfaces say.
-        out: list[Ref] = []
+        # Its launch templates' interfaces: every one the template adds (a second interface may sit in
+        # another subnet), and the primary one when the resource names no subnet of its own.
+        from_templates: list[Ref] = []
         for tr in tmpl:
-            for nic in items(get(tr.props, "networkInterfaces")):
-                v = get(nic, "subnetId")
-                if v is not None:
-                    ref = self.ref(tr, "networkInterfaces", SUBNET_TYPES, value=v)
-                    if not (refs and ref.unknown) and ref not in out:
-                        out.append(ref)
+            nics = items(get(tr.props, "networkInterfaces"))
+            # unknown subnet ids of several interfaces resolve together, as a set (`refs`)
+            for ref in self.refs(tr, "networkInterfaces", [get(nic, "subnetId") for nic in nics], SUBNET_TYPES):
+                if ref not in from_templates:
+                    from_templates.append(ref)
+            for nic in nics:
                 eni = get(nic, "networkInterfaceId")
                 if eni is not None:
                     found_eni = self.ref(tr, "networkInterfaces", ENI_TYPES, value=eni, keys=("id",)).resource
                     if found_eni is not None:
-                        out += [r for r in self._eni_subnets(found_eni) if r not in out]
-        return out or refs
+                        from_templates += [r for r in self._eni_subnets(found_eni) if r not in from_templates]
+        if refs and not all(r.unknown for r in refs):
+            return refs + [r for r in from_templates if not r.unknown and r not in refs]
+        known_refs = [r for r in from_templates if not (refs and r.unknown)]
+        return known_refs or refs
 
     def _eni_subnets(self, eni: Any) -> list[Ref]:
         return [self.ref(eni, "subnetId", SUBNET_TYPES)] if get(eni.props, "subnetId") is not None else []

@@ -328,12 +328,7 @@ def _ebs_encryption_problems(t: str, p: Any, cmk: bool, ebs_default: bool) -> It
         if cmk and get(p, "kmsKeyId") is None:
             yield "set kms_key_id to a customer-managed KMS key"
     elif t == AWS_LAUNCH_TEMPLATE:
-        mappings = get(p, "blockDeviceMappings")
-        if mappings is None and not ebs_default and get(p, "imageId") is not None:
-            # Without a mapping the root volume is the AMI's snapshot as it is, encrypted only if it was.
-            yield ("declare block_device_mappings for the root device with ebs.encrypted=True (without one the "
-                   "root volume copies the AMI's snapshot, encrypted or not)")
-        for m in items(mappings):
+        for m in items(get(p, "blockDeviceMappings")):
             if get(m, "ebs") is not None:
                 yield from _ebs_flag(get(m, "ebs.encrypted"),
                                      f"set ebs.encrypted=True on block device {as_str(get(m, 'deviceName')) or '?'}",
@@ -398,8 +393,8 @@ def _tencent_encryption_problems(t: str, p: Any, cmk: bool) -> Iterable[str]:
     elif t == TC_DISK_SET:
         yield from _unless_true(get(p, "encrypt"), "set encrypt=True")
     elif t in (TC_SCALE_WORKER, TC_NATIVE_POOL):
-        path = "workerConfig.dataDisks[]" if t == TC_SCALE_WORKER else "native.dataDisks[]"
-        for i, d in enumerate(values(p, path)):
+        paths = ("dataDisks[]", "workerConfig.dataDisks[]") if t == TC_SCALE_WORKER else ("native.dataDisks[]",)
+        for i, d in enumerate(d for path in paths for d in values(p, path)):
             yield from _unless_true(get(d, "encrypt"), f"set encrypt=True on data disk {i}")
     elif t == TC_NODE_POOL:
         for i, d in enumerate(items(get(p, "autoScalingConfig.dataDisks"))):
@@ -448,6 +443,7 @@ def _judge_encryption(args: Any, report_violation: Any) -> None:
                                                       ebs_default and region in default_keys)):
             report_violation(f"'{short(res.urn)}' ({res.resource_type.rsplit(':', 1)[-1]}) stores data unencrypted "
                              f"or with the wrong key; {fix}.", res.urn)
+    _root_from_the_ami(view, defaults, report_violation)
     for node in view.gpu_nodes():
         outside = [t.outside for t in node.templates if t.outside is not None]
         if outside and node.resource.resource_type in (AWS_INSTANCE, AWS_SPOT_REQUEST, AWS_ASG, AWS_FLEET,
@@ -457,6 +453,30 @@ def _judge_encryption(args: Any, report_violation: Any) -> None:
                 f"GPU node '{node.label}' launches from launch template {outside[0]}, which this stack does not "
                 f"define, so the encryption of its disks cannot be checked; define the launch template in the "
                 f"stack (block devices with encrypted=True) or turn on aws.ebs.EncryptionByDefault.", node.urn)
+
+
+# Root device names of Linux AMIs (EC2 user guide, "Device names for volumes on Amazon EC2 instances":
+# /dev/sda1 or /dev/xvda).
+ROOT_DEVICES = frozenset({"/dev/sda1", "/dev/xvda", "/dev/sda"})
+
+
+def _root_from_the_ami(view: StackView, defaults: set, report_violation: Any) -> None:
+    """A machine launched from a launch template whose root volume nothing declares (the instance has no
+    root_block_device, the template no mapping for a root device name) gets the AMI's snapshot as it is,
+    encrypted only if it was (EBS user guide, "Encryption by default" aside)."""
+    for node in view.capacity():
+        templates = [t.resource for t in node.templates if t.resource is not None
+                     and t.resource.resource_type == AWS_LAUNCH_TEMPLATE]
+        if not templates or get(node.props, "rootBlockDevice") is not None or _region(node.resource) in defaults:
+            continue
+        names = {as_str(get(m, "deviceName")) for lt in templates for m in items(get(lt.props, "blockDeviceMappings"))}
+        if any(get(lt.props, "blockDeviceMappings") is UNKNOWN for lt in templates) or names & ROOT_DEVICES:
+            continue
+        report_violation(
+            f"'{node.label}' launches from launch template '{short(templates[0].urn)}', and neither declares its "
+            f"root volume, so it copies the AMI's snapshot, encrypted or not; declare root_block_device "
+            f"(encrypted=True) or a block device mapping for the root device ({' or '.join(sorted(ROOT_DEVICES))}) "
+            f"with ebs.encrypted=True.", node.urn)
 
 
 storage_encrypted = StackValidationPolicy(
