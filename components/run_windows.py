@@ -13,6 +13,9 @@ from dataclasses import dataclass
 
 DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 HOURS_PER_WEEK = 168
+HOURS_PER_MONTH = 730
+"""The month every estimate uses: 365 days × 24 h / 12 (the clouds' own hourly-to-monthly convention)."""
+WEEKS_PER_MONTH = HOURS_PER_MONTH / HOURS_PER_WEEK
 _WINDOW = re.compile(r"(?P<d1>[A-Z][a-z]{2})(?:-(?P<d2>[A-Z][a-z]{2}))? (?P<h1>[0-9]{2}):(?P<m1>[0-9]{2})-(?P<h2>[0-9]{2}):(?P<m2>[0-9]{2})")
 FORMAT = 'days and hours like "Mon-Fri 09:00-21:00" or "Sat 10:00-16:00" (days Mon..Sun, start before end)'
 

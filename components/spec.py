@@ -354,6 +354,12 @@ class ClusterSpec(_Model):
         default=None,
         description="Stop idle nodes. Default: on (5 % for 60 min) for experimental on-demand clusters, off otherwise "
         "(never on by default for critical ones); null: off.")
+    expected_hours_a_month: Optional[float] = Field(
+        default=None, gt=0, le=730,
+        description="Hours a month each GPU node is expected to run (a training run and the idle time before it "
+        "stops), when something stops the nodes: idle_stop, schedule or budget.stop_at_pct, on on-demand "
+        "pay-as-you-go nodes. The cost estimate prices the GPU nodes for these hours instead of the whole month "
+        "(or the run windows). Default: not set, the whole month or the windows.")
     capacity: Capacity = Field(default_factory=Capacity, description="See capacity.*.")
     scheduler: Scheduler = Field(
         default="slurm",
@@ -464,6 +470,7 @@ def _resolve(spec: ClusterSpec, regions: Mapping[str, Optional[str]]) -> Cluster
     problems += profile.stop_problems(spec, shape)
     problems += profile.scheduler_problems(spec)
     problems += _idle_problems(spec, profile)
+    problems += _expected_hours_problems(spec)
 
     if problems:
         raise SpecError(problems)
@@ -669,6 +676,38 @@ def _idle_problems(spec: "ClusterSpec", profile: clouds.CloudProfile) -> list[st
                 f"saving stops a node that has had no job for idle_stop.for_minutes, whatever its GPUs do (a job in "
                 f"a CPU-only phase keeps its node); allowed: leave gpu_util_below_pct out, or scheduler: none"]
     return []
+
+
+def _expected_hours_problems(spec: "ClusterSpec") -> list[str]:
+    """Expected hours are an estimate only when something stops the nodes after them."""
+    hours = spec.expected_hours_a_month
+    if hours is None:
+        return []
+    given = f"cluster.expected_hours_a_month={hours:g}"
+    if not stoppable(spec):
+        return [f"{given} with purchase={spec.purchase}, capacity.type={spec.capacity.type}: only on-demand "
+                f"pay-as-you-go nodes stop costing when they stop (spot nodes cannot be stopped, reserved capacity "
+                f"is paid whether it runs); allowed: leave it out"]
+    if spec.idle_stop is None and spec.schedule is None and spec.budget.stop_at_pct is None:
+        return [f"{given}, but nothing stops the nodes after those hours, so they would run (and cost) the whole "
+                f"month; allowed: together with idle_stop, schedule or budget.stop_at_pct"]
+    if spec.schedule is not None:
+        windows = run_windows.weekly_hours([run_windows.parse(w) for w in spec.schedule.windows]) * \
+            run_windows.WEEKS_PER_MONTH
+        if hours > windows + 0.5:
+            return [f"{given} is more than the run windows allow ({windows:.0f} h a month); allowed: at most "
+                    f"{windows:.0f}"]
+    return []
+
+
+EXPECTED_HOURS_TAG = "gpu-cluster:expected-hours-a-month"
+"""On every GPU node instance of a stack with expected_hours_a_month: the hours the pricer counts."""
+
+
+def node_cost_tags(spec: "ClusterSpec") -> dict[str, str]:
+    """Tags on the GPU node instances that the pricer reads from the plan (not from the stack file)."""
+    hours = spec.expected_hours_a_month
+    return {EXPECTED_HOURS_TAG: f"{hours:g}"} if hours is not None else {}
 
 
 def stoppable(spec: "ClusterSpec") -> bool:

@@ -19,13 +19,12 @@ from typing import Any, Optional
 from components import catalog
 from components import run_windows
 from components.headnode import HEAD_ROLE, ROLE_TAG
-from gpu_cluster.plan import Plan, Resource
+from components.spec import EXPECTED_HOURS_TAG
+from gpu_cluster.plan import Plan, Resource, number
 from gpu_cluster.pricebook import PriceBook, load_book
 from gpu_cluster.pricebook.catalog import spot_discount
 
-HOURS_PER_MONTH = 730
-
-WEEKS_PER_MONTH = HOURS_PER_MONTH / run_windows.HOURS_PER_WEEK
+HOURS_PER_MONTH, WEEKS_PER_MONTH = run_windows.HOURS_PER_MONTH, run_windows.WEEKS_PER_MONTH
 
 
 def weekly_hours(events: list[tuple[str, str]]) -> Optional[float]:
@@ -149,6 +148,8 @@ class Pricer:
         self.book, self.cloud, self.region = book, cloud, region
         self.cost = MonthlyCost(currency=currency, sources=book.describe())
         self.unscheduled_extra = 0.0
+        self.unexpected_extra = 0.0  # what the nodes would cost beyond expected_hours_a_month in their windows
+        self.expected_hours: Optional[float] = None
         """What the scheduled nodes would add running around the clock."""
         self.scheduled_hours: Optional[float] = None
         self.reserved: list[tuple[str, float, Optional[float]]] = []
@@ -189,14 +190,21 @@ class Pricer:
         what = f"{count} × {instance_type or 'unknown type'}" + (" spot" if spot else "")
         label = f"head node {what}" if is_head(r) else f"GPU nodes {what}"
         scheduled = hours is not None and hours < HOURS_PER_MONTH
-        qty = round(count * (hours if scheduled else HOURS_PER_MONTH), 2)
+        window = hours if scheduled else HOURS_PER_MONTH  # what the windows (or the month) allow
+        expected = None if is_head(r) else expected_hours(r)
+        runs = window if expected is None else min(expected, window)
         note = f"scheduled: {hours:.0f} of {HOURS_PER_MONTH} h a month" if scheduled else ""
+        if runs < window:
+            self.expected_hours = runs
+            note = f"expected: {runs:g} of {HOURS_PER_MONTH} h a month (expected_hours_a_month)"
+        qty = round(count * runs, 2)
         key = instance_type or "unknown"
         if not spot:
             self.add(label, r, "instance", key, qty, "instance-hour", note=note)
             line = self.cost.items[-1]
-            if scheduled and line.unit_price is not None:
-                self.unscheduled_extra += line.unit_price * count * (HOURS_PER_MONTH - hours)
+            if line.unit_price is not None:
+                self.unscheduled_extra += line.unit_price * count * (HOURS_PER_MONTH - window)
+                self.unexpected_extra += line.unit_price * count * (window - runs)
             return
         price, meta = self.unit("instance_spot", key)
         if price is not None:
@@ -229,9 +237,15 @@ class Pricer:
     def controls(self, plan: Plan, idle: bool, budget_cap: Optional[tuple[float, float]]) -> None:
         """The cost with and without each control, once every line is priced."""
         total, out = self.cost.total, self.cost.controls
+        if self.expected_hours is not None:
+            out.append({"control": "expected_hours_a_month", "monthly_with": total,
+                        "monthly_without": round(total + self.unexpected_extra, 2),
+                        "note": f"the GPU nodes are priced for {self.expected_hours:g} h a month, the hours the "
+                                f"stack expects them to run before idle_stop, the schedule or the budget stop "
+                                f"stops them; each hour more costs its share"})
         if self.scheduled_hours is not None:
-            out.append({"control": "schedule", "monthly_with": total,
-                        "monthly_without": round(total + self.unscheduled_extra, 2),
+            out.append({"control": "schedule", "monthly_with": round(total + self.unexpected_extra, 2),
+                        "monthly_without": round(total + self.unexpected_extra + self.unscheduled_extra, 2),
                         "note": f"the nodes run {self.scheduled_hours:.0f} of {HOURS_PER_MONTH} h a month"})
         for kind in sorted({k for k, _, _ in self.reserved}):
             rows = [row for row in self.reserved if row[0] == kind]
@@ -245,7 +259,12 @@ class Pricer:
                         "note": "against the same node hours on demand"
                                 + ("" if priced else f"; no {kind} price in any source, so the cost with it is "
                                                      f"unknown")})
-        if idle:
+        if idle and self.expected_hours is not None:
+            out.append({"control": "idle_stop", "monthly_with": total,
+                        "monthly_without": round(total + self.unexpected_extra, 2),
+                        "note": f"stops the nodes once idle, which keeps them to the {self.expected_hours:g} h a "
+                                f"month expected"})
+        elif idle:
             out.append({"control": "idle_stop", "monthly_with": None, "monthly_without": total,
                         "note": "saves the hours the nodes sit idle: not estimated, it depends on use"})
         if budget_cap is not None:
@@ -256,6 +275,13 @@ class Pricer:
                         "note": f"the GPU nodes stop once actual spend reaches {pct:g} % of the budget ({cap:g}) and "
                                 f"the rest keeps billing; AWS Budgets refreshes spend up to three times a day, so the "
                                 f"nodes may run some hours past it"})
+
+
+def expected_hours(r: Resource) -> Optional[float]:
+    """The hours a month a GPU node instance is expected to run (its expected_hours_a_month tag), or None."""
+    tags = r.props.get("tags")
+    value = number(tags.get(EXPECTED_HOURS_TAG)) if isinstance(tags, dict) else None
+    return value if value is not None and 0 < value <= HOURS_PER_MONTH else None
 
 
 def is_head(r: Resource) -> bool:

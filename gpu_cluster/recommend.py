@@ -24,9 +24,12 @@ The model (every constant below is stated in the output and in docs/recommend.md
   how to count them?"); tokens × epochs.
 - **Cost**. Each candidate is priced by the project's pricer on the resources its stack creates (GPU
   nodes, root and data disks, the parallel file system, NAT), from the same price book as `plan`
-  (price file → cache → catalog). Run cost = node-hours × hours + the month's fixed items prorated
-  over the run; monthly cost = node-hours for min(hours, 730) + the fixed items for a whole month (the
-  file system and disks exist for the month the run is in). Costs in another currency than the
+  (price file → cache → catalog). Monthly cost = the plan's total for the stack `--write-stack` would
+  write: where something stops the nodes after the training (on-demand AWS nodes under Slurm with an
+  idle stop), the stack states `expected_hours_a_month` (the training and the idle hour after it) and the
+  nodes are priced for those hours; otherwise (spot nodes cannot be stopped; Tencent nodes have no Slurm
+  power saving) for the whole month. Run cost = node-hours × training hours + the month's fixed items
+  prorated over the run. Costs in another currency than the
   budget's are converted at the book's dated exchange rate, named in the output.
 - **Purchase options**. On demand always; spot where the catalog or the price book has a spot price and
   the workload is not critical; on AWS an EC2 Capacity Block for ML where the shape is sold in blocks,
@@ -52,6 +55,7 @@ from typing import Any, Optional
 from components import catalog, tiers
 from components.catalog import Shape
 from gpu_cluster.pricebook import PriceBook
+from components.run_windows import HOURS_PER_MONTH
 from gpu_cluster.workload import Workload
 
 BYTES_PER_PARAM = {"full": 16.0, "pretrain": 16.0, "lora": 2.16}
@@ -59,7 +63,6 @@ USABLE_MEMORY = 0.80
 MFU = 0.40
 BYTES_PER_TOKEN = 4.0
 FLOPS_PER_PARAM_TOKEN = {"full": 6, "pretrain": 6, "lora": 4}
-HOURS_PER_MONTH = 730
 BLOCK_OVERHEAD_HOURS = 1.5
 """What a Capacity Block must hold beyond the training: EC2 begins terminating its instances 30 minutes
 before it ends (EC2 user guide, "Monitor Capacity Blocks using EventBridge": the warning comes "forty
@@ -112,6 +115,14 @@ class Candidate:
     @property
     def fits_memory(self) -> bool:
         return self.need_gib <= self.have_gib
+
+    @property
+    def billed_cost(self) -> Optional[float]:
+        """What the run is billed, the cost ranking compares: a run within a month (or a Capacity Block) is
+        billed the month it is in, the monthly cost quoted; a longer one its whole cost, month after month."""
+        if self.block_hours or self.hours <= HOURS_PER_MONTH:
+            return self.monthly_cost
+        return self.run_cost
 
     @property
     def feasible(self) -> bool:
@@ -333,8 +344,9 @@ def _block_pick(lo: int, hi: int, fits: Any, hours: Any, target: Optional[float]
 
 def _cost(c: "Candidate", cost: Any, rate: Any, currency: str, limit: float) -> None:
     """A candidate's run and monthly cost from its plan's priced items. GPU node lines are what runs: on
-    demand they are priced for the month (730 h) and scale to the hours it runs; a Capacity Block's lines
-    are the whole block, paid in the month it is bought. Everything else is fixed for the month."""
+    demand they are priced for the hours the written stack expects (expected_hours), else the month (730 h);
+    a Capacity Block's lines are the whole block, paid in the month it is bought. Everything else is fixed for
+    the month. The monthly cost is the plan's total: `plan` of the written stack says the same."""
     c.items = [asdict(i) for i in cost.items]
     c.cost_currency = cost.currency
     nodes_lines = [i for i in cost.items if i.item.startswith("GPU node")]
@@ -348,9 +360,11 @@ def _cost(c: "Candidate", cost: Any, rate: Any, currency: str, limit: float) -> 
         run = c.node_month + c.fixed_month * min(c.block_hours, HOURS_PER_MONTH) / HOURS_PER_MONTH
         month = c.node_month + c.fixed_month
     else:
-        hourly = c.node_month / HOURS_PER_MONTH
+        # The plan priced the nodes for the hours the written stack expects (the training and the idle stop
+        # after it), or for the whole month where nothing stops them: the monthly cost is the plan's.
+        hourly = c.node_month / (expected_hours(c) or HOURS_PER_MONTH)
         run = hourly * c.hours + c.fixed_month * min(c.hours, HOURS_PER_MONTH) / HOURS_PER_MONTH
-        month = hourly * min(c.hours, HOURS_PER_MONTH) + c.fixed_month
+        month = c.node_month + c.fixed_month
     c.run_cost = rate.convert(run, cost.currency, currency)
     c.cost_currency_shown = currency
     c.monthly_cost = rate.convert(month, cost.currency, currency)
@@ -365,15 +379,17 @@ fastest) or time (the fastest, then the cheapest)."""
 def rank(candidates: list["Candidate"], sort: str = "cost") -> None:
     """Orders `candidates` in place and says why each row is where it is (Candidate.rank_reason).
 
-    Feasible ones first (they fit in memory, meet the target hours and are priced within the budget), by the
-    cost of the whole training run and then its hours (sort cost), or the reverse (sort time); equal ones favour
+    Feasible ones first (they fit in memory, meet the target hours and are priced within the budget), by what
+    the run is billed (`Candidate.billed_cost`: the monthly cost quoted, which `plan` of the written stack says,
+    for a run within a month; the whole run's cost for a longer one) and then its hours (sort cost), or the
+    reverse (sort time); equal ones favour
     fewer, larger nodes (less to go wrong across nodes). Then the near misses, each said why it is out: memory is
     the hardest constraint to change, then time, then budget, then a missing price."""
     if sort not in SORTS:
         raise ValueError(f"sort must be one of {', '.join(SORTS)}, not {sort!r}")
 
     def cost(c: "Candidate") -> float:
-        return c.run_cost if c.run_cost is not None else math.inf
+        return c.billed_cost if c.billed_cost is not None else math.inf
 
     def key(c: "Candidate") -> tuple:
         first, second = (cost(c), c.hours) if sort == "cost" else (c.hours, cost(c))
@@ -386,7 +402,7 @@ def rank(candidates: list["Candidate"], sort: str = "cost") -> None:
         if not c.feasible:
             c.rank_reason = "out: " + ", ".join(c.failures())
         elif c is best:
-            c.rank_reason = ("the cheapest run that meets the workload" if sort == "cost"
+            c.rank_reason = ("the lowest cost that meets the workload" if sort == "cost"
                              else "the fastest run that meets the workload")
         else:
             more = cost(c) - cost(best)
@@ -498,6 +514,14 @@ IDLE_AFTER_RUN_MINUTES = 60
 """The written stack's idle stop where Slurm powers the nodes: a node with no job for an hour is stopped."""
 
 
+def expected_hours(c: Candidate) -> Optional[float]:
+    """The hours a month the written stack expects its nodes to run (expected_hours_a_month): the training and
+    the idle stop after it, where something stops them then; None where nothing does (they run the month)."""
+    if not stops_after_the_run(c):
+        return None
+    return float(min(HOURS_PER_MONTH, math.ceil(c.hours + IDLE_AFTER_RUN_MINUTES / 60)))
+
+
 def stops_after_the_run(c: Candidate) -> bool:
     """Whether the written stack stops the nodes once the training has ended: on demand, for less than a month,
     on a cloud where Slurm, which the written stack gets by default there, starts and stops the nodes."""
@@ -540,6 +564,7 @@ def candidate_document(w: Workload, rate: Any, c: Candidate, emails: tuple[str, 
                                "duration_hours": c.block_hours}
     if stops_after_the_run(c):
         cluster["idle_stop"] = {"for_minutes": IDLE_AFTER_RUN_MINUTES}
+        cluster["expected_hours_a_month"] = expected_hours(c)
     cluster.update({
         "storage": storage,
         "budget": {"monthly_limit": round(limit, 2), "currency": currency, "emails": list(emails)},

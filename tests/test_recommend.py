@@ -7,6 +7,7 @@ Every test prices with the catalog alone (no committed cache) unless it passes a
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -212,9 +213,10 @@ def test_exchange_rate_override_is_named_and_used(capsys):
 
 
 def test_a_price_file_prices_what_the_catalog_cannot(tmp_path, capsys):
-    """With negotiated H20 and HCC disk prices, Tencent's large tier can be judged (and here wins). Priced as
-    `plan` prices the stack it writes (head node, CFS Turbo, disks, NAT), it needs 28 CNY an hour a node to
-    beat 4 × p5 in a Capacity Block."""
+    """With negotiated H20 and HCC disk prices, Tencent's large tier can be judged. Priced as `plan` prices the
+    stack it writes (head node, CFS Turbo, disks, NAT), and for the whole month (nothing stops Tencent nodes
+    after the run: no Slurm power saving there), 19 nodes at 28 CNY an hour are over the 100,000 CNY budget,
+    and the row says so instead of "no price"."""
     prices = tmp_path / "prices.yaml"
     prices.write_text(yaml.safe_dump({"price_file": {
         "name": "test quote", "as_of": "2026-12-01", "source": "a test figure, not a real quote",
@@ -224,9 +226,11 @@ def test_a_price_file_prices_what_the_catalog_cannot(tmp_path, capsys):
             {"cloud": "tencentcloud", "item": "cbs_gb_month", "key": "LOCAL_BASIC", "price": 0.0, "currency": "CNY"}]}}))
     status, out = run_json(capsys, str(EXAMPLES / "startup-seed.yaml"), "--prices", str(prices))
     assert status == 0
-    top = out["recommendation"]
-    assert (top["cloud"], top["shape"]) == ("tencentcloud", "HCCPNV6.96XLARGE2304")
-    assert top["monthly_cost"] <= 100000 and top["hours"] <= 100
+    h20 = next(c for c in out["candidates"] if c["shape"] == "HCCPNV6.96XLARGE2304")
+    node_lines = [i for i in h20["items"] if i["item"].startswith("GPU nodes")]
+    assert {i["unit_price"] for i in node_lines} == {28.0}
+    assert sum(i["quantity"] for i in node_lines) == h20["nodes"] * 730  # the whole month: nothing stops them
+    assert h20["monthly_cost"] > 100000 and h20["failed"] == ["budget"]
     assert any(s.startswith(f"price file: {prices}") for s in out["price_sources"])
 
 
@@ -295,6 +299,12 @@ def test_the_top_pick_is_priced_item_by_item_as_plan_prices_the_stack_it_writes(
 
     quoted = sorted(key(i) for i in out["recommendation"]["items"])
     assert quoted and quoted == sorted(key(i) for i in planned["items"] + planned["unpriced"])
+    # ... and the monthly cost quoted is the plan's total (within 1 %), whatever the purchase.
+    total = planned["total"]
+    if planned["currency"] != out["currency"]:
+        usd_cny = float(re.search(r"1 USD = ([0-9.]+) CNY", out["exchange_rate"]).group(1))
+        total = total * usd_cny if planned["currency"] == "USD" else total / usd_cny
+    assert out["recommendation"]["monthly_cost"] == pytest.approx(total, rel=0.01)
 
 
 def _candidate(shape: str, nodes: int, hours: float, run: float, **kw):
@@ -309,7 +319,7 @@ def _candidate(shape: str, nodes: int, hours: float, run: float, **kw):
     return Candidate(**args)
 
 
-def test_feasible_candidates_rank_by_run_cost_then_hours_then_fewer_nodes_and_say_why():
+def test_feasible_candidates_rank_by_billed_cost_then_hours_then_fewer_nodes_and_say_why():
     """The issue's case: 4 × p4d in 73 h for 46,295 against 2 × p5 in 46 h for 44,247 — the faster, cheaper one is
     first whatever its tier or node count; --sort time puts the fastest first; rows say why; near misses are out."""
     from gpu_cluster.recommend import rank
@@ -323,7 +333,7 @@ def test_feasible_candidates_rank_by_run_cost_then_hours_then_fewer_nodes_and_sa
     rank(rows)
     # Near misses after: a budget miss before a time miss (time is harder to change than the budget).
     assert [id(r) for r in rows] == [id(p5), id(p5_more_nodes), id(p4d), id(over), id(slow)]
-    assert p5.rank_reason == "the cheapest run that meets the workload"
+    assert p5.rank_reason == "the lowest cost that meets the workload"
     assert p5_more_nodes.rank_reason == "than #1: the same cost and time, more nodes"
     assert p4d.rank_reason == "than #1: 2,048 USD more, 27 h slower"
     assert (slow.rank_reason, over.rank_reason) == ("out: time", "out: budget")
@@ -334,6 +344,24 @@ def test_feasible_candidates_rank_by_run_cost_then_hours_then_fewer_nodes_and_sa
     assert p5.rank_reason == "than #1: 5,753 USD less, 23 h slower"
     with pytest.raises(ValueError, match="sort must be one of cost, time"):
         rank(rows, "price")
+
+
+def test_cost_ranking_compares_what_is_billed_the_quoted_month_within_a_month_the_whole_run_beyond():
+    """Within a month the quoted monthly cost (what `plan` of the written stack says) decides, not the run's
+    prorated cost; a run longer than a month is billed month after month, so its whole cost decides."""
+    from gpu_cluster.recommend import rank
+
+    # A is cheaper to run but runs its nodes the whole month (spot: nothing stops them); B stops after the run.
+    a = _candidate("p5.48xlarge", 2, 60, 10_000, monthly_cost=40_000)
+    b = _candidate("p5.48xlarge", 2, 60, 12_000, monthly_cost=13_000)
+    rows = [a, b]
+    rank(rows)
+    assert rows[0] is b and a.rank_reason == "than #1: 27,000 USD more"
+    long_a = _candidate("p4d.24xlarge", 4, 2000, 90_000, monthly_cost=33_000, tier="mid")
+    long_b = _candidate("p4d.24xlarge", 2, 3000, 80_000, monthly_cost=19_000, tier="mid")
+    rows = [long_a, long_b]
+    rank(rows)
+    assert rows[0] is long_b and long_a.billed_cost == 90_000
 
 
 def test_write_stack_needs_an_address_and_never_writes_a_placeholder(tmp_path, capsys):

@@ -27,7 +27,7 @@ from components.aws.network import Network, NetworkArgs
 from components.aws.storage import Storage, StorageArgs
 from components.headnode import HEAD_DATA_GB, head_address, submit_command
 from components.slurm import from_spec, power
-from components.spec import Cluster, ClusterSpec
+from components.spec import Cluster, ClusterSpec, node_cost_tags
 
 
 class ClusterComponent(pulumi.ComponentResource):
@@ -138,7 +138,7 @@ def _compute(s: _Setting, network: Network, storage: Storage, head: Optional[Hea
         bucket_arn=storage.bucket_arn, lustre_dns_name=storage.fsx_dns_name,
         lustre_mount_name=storage.fsx_mount_name, data_volume_ids=storage.data_volume_ids,
         data_disk_gb=spec.storage.data_disk_gb, capacity=spec.capacity, slurm=slurm_input,
-        munge_secret_arn=head.secret_arn if head else None, power_tags=power.plan_tags(spec),
+        munge_secret_arn=head.secret_arn if head else None, power_tags={**power.plan_tags(spec), **node_cost_tags(spec)},
         after=[*network.ready, *([head.instance] if head else [])]), s.child)
 
 

@@ -16,7 +16,7 @@ import tencentcloud_iac_pulumi as tencentcloud
 
 from components.headnode import HEAD_DATA_GB, head_address, submit_command
 from components.slurm import from_spec, node_boot_parts, with_slurm
-from components.spec import Cluster, ClusterSpec
+from components.spec import Cluster, ClusterSpec, node_cost_tags
 from components.tencentcloud.profile import turbo_type
 from components.tencentcloud import boot
 from components.tencentcloud.head import HEAD_INSTANCE_TYPE, Head, HeadArgs, secret_name
@@ -168,7 +168,7 @@ def _compute(s: _Setting, network: Network, storage: Storage, head: Optional[Hea
         critical=spec.criticality == "critical", spot_max_price=spot_max_price(shape.price_hourly),
         scratch_disk_gb=SCRATCH_DISK_GB if spec.storage.scratch == "disk" else 0,
         data_disk_ids=storage.data_disk_ids, capacity=spec.capacity,
-        cam_role_name=head.node_role_name if head else None,
+        cam_role_name=head.node_role_name if head else None, node_tags=node_cost_tags(spec),
         after=[*network.ready, *([head.instance] if head else [])]),
         opts=s.child)
 

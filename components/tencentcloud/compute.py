@@ -104,6 +104,8 @@ class ComputeArgs:
     """Persistent CBS disks (Storage), attached to the node of the same index."""
     capacity: Optional[Capacity] = None
     """capacity.type prepaid: monthly prepaid nodes (PREPAID, the term and its renewal)."""
+    node_tags: Mapping[str, str] = field(default_factory=dict)
+    """Tags on the GPU node instances only (what the pricer reads: components/spec.py node_cost_tags)."""
     cam_role_name: Optional[pulumi.Input[str]] = None
     """The nodes' instance role (scheduler slurm: read the munge key, publish the health metric); None: none."""
     after: Sequence[pulumi.Resource] = ()
@@ -151,7 +153,7 @@ class Compute(pulumi.ComponentResource):
         system_disk = self._system_disk(args)
         self.node_ids, self.private_ips = [], []
         for i in range(args.nodes):
-            node = self._node(i, args, prefix, tags, scratch, system_disk)
+            node = self._node(i, args, prefix, {**tags, **args.node_tags}, scratch, system_disk)
             self.node_ids.append(node.id)
             self.private_ips.append(node.private_ip)
             if i < len(args.data_disk_ids):

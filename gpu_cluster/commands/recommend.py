@@ -54,7 +54,7 @@ def _write_stack(args: argparse.Namespace, rec, w) -> Path:
     import yaml
 
     from components.spec import SpecError
-    from gpu_cluster.recommend import IDLE_AFTER_RUN_MINUTES, stack_document, stops_after_the_run
+    from gpu_cluster.recommend import IDLE_AFTER_RUN_MINUTES, expected_hours, stack_document, stops_after_the_run
 
     top = rec.top
     emails = tuple(args.email)
@@ -75,14 +75,9 @@ def _write_stack(args: argparse.Namespace, rec, w) -> Path:
                  f"the `pulumi up` after the block is active (11:30 UTC on its start day) launches the nodes. The "
                  f"block ends at its end time: checkpoint.\n"
                  if top.block_hours else "")
-              + (f"# idle_stop: Slurm power saving stops each GPU node {IDLE_AFTER_RUN_MINUTES} min after its last job, so the "
-                 f"nodes bill for about the run's hours, as quoted; `plan` prices a whole month (it cannot know the "
-                 f"run's length).\n" if stops_after_the_run(top) else "")
-              + (f"# The GPU nodes cost more than the budget if left running all month ({top.node_month:,.0f} "
-                 f"{top.cost_currency} for 730 h): stop or destroy them when the run ends.\n"
-                 if not top.block_hours and top.hours < 730 and not stops_after_the_run(top)
-                 and rec.rate.convert(top.node_month or 0, top.cost_currency, rec.currency) > w.budget.monthly_limit
-                 else ""))
+              + (f"# idle_stop: Slurm power saving stops each GPU node {IDLE_AFTER_RUN_MINUTES} min after its last job; "
+                 f"expected_hours_a_month: {expected_hours(top):g} (the training and that hour) is what `plan` prices, "
+                 f"as quoted. A longer run, or a node kept busy, costs more.\n" if stops_after_the_run(top) else ""))
     files.write_text(path, header + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True), "--write-stack")
     return path
 

@@ -23,10 +23,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
+from components.run_windows import HOURS_PER_MONTH
 from gpu_cluster.pricebook import NO_KEY
 from gpu_cluster.pricebook.cache import CacheItem
 
-HOURS_PER_MONTH = 730
 DISK_PROBE_GB = 1000
 DISK_TYPES = ("CLOUD_PREMIUM", "CLOUD_BSSD", "CLOUD_SSD", "CLOUD_HSSD", "CLOUD_TSSD")
 
