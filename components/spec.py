@@ -734,6 +734,11 @@ def _capacity_problems(spec: "ClusterSpec", shape_type: str = "", region: str = 
     if cap.type != "none" and spec.purchase != "on_demand":
         problems.append(f"cluster.capacity.type={cap.type!r} with purchase={spec.purchase}: reserved and prepaid "
                         f"capacity is bought for on-demand nodes; allowed: purchase: on_demand")
+    block_only = bool(shape_type) and getattr(catalog.shape(cloud, shape_type), "block_only", False)
+    if block_only and cap.type != "capacity_block":
+        problems.append(f"cluster.instance_type={shape_type!r} with capacity.type={cap.type!r}: {shape_type} is sold "
+                        f"only through EC2 Capacity Blocks (no on-demand offering in any region: the AWS Price List); "
+                        f"allowed: capacity.type: capacity_block")
     given = {k for k in ("start_date", "duration_hours", "reservation_id", "months") if getattr(cap, k) is not None}
     given |= {"auto_renew"} & cap.model_fields_set
     allowed_keys = {"none": set(), "odcr": {"reservation_id"}, "capacity_block": {"start_date", "duration_hours",

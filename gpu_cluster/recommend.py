@@ -3,8 +3,10 @@
 The model (every constant below is stated in the output and in docs/recommend.md):
 
 - **Memory** (does the model fit?). Training state in bytes per parameter, sharded evenly over every
-  GPU of the cluster (ZeRO-3 / FSDP), must fit in `USABLE_MEMORY` of each GPU's memory; the rest is
-  left for activations (with activation checkpointing), the CUDA context and fragmentation.
+  GPU of the cluster (ZeRO-3 / FSDP), plus the activations of one sample of `sequence_length` tokens
+  per GPU (not sharded; `ACTIVATION_BYTES`, `activation_gib`: all of them, or with activation
+  checkpointing each layer's input and one layer's), must fit in `USABLE_MEMORY` of each GPU's memory;
+  the rest is left for the CUDA context, communication buffers and fragmentation.
   full and pretrain: 16 bytes/param — mixed-precision Adam keeps fp16/bf16 weights (2) and gradients
   (2) plus fp32 master weights, momentum and variance (4 + 4 + 4): "16Ψ bytes" in Rajbhandari et al.,
   ZeRO: Memory Optimizations Toward Training Trillion Parameter Models (arXiv:1910.02054, §3.1).
@@ -16,7 +18,8 @@ The model (every constant below is stated in the output and in docs/recommend.md
   §2.1, C ≈ 6NBS); lora 4 — the backward pass still computes the activations' gradients through the frozen
   weights (2N) but not the frozen weights' own gradients (2N), and the adapters (taken as 1 % of the model
   above) add a negligible 1 %. Hours = FLOPs / (GPUs × peak dense BF16 (FP16 on T4) TFLOPS from
-  components/catalog/gpus.yaml × `MFU`) / 3600. `MFU` = 40 %: Llama 3 405B pre-training reports
+  components/catalog/gpus.yaml × the GPU's measured `mfu` there, else `MFU`) / 3600, a third more (a half for
+  LoRA) where activations are recomputed. `MFU` = 40 %: Llama 3 405B pre-training reports
   38-43 % BF16 model-FLOPs utilisation on 8-16 K H100s (Llama Team, The Llama 3 Herd of Models,
   arXiv:2407.21783, Table 4). Scaling across nodes is taken as linear at that utilisation.
 - **Tokens** from a dataset size: `BYTES_PER_TOKEN` = 4 (≈ 4 characters of English text per BPE token,
@@ -61,6 +64,17 @@ from gpu_cluster.workload import Workload
 BYTES_PER_PARAM = {"full": 16.0, "pretrain": 16.0, "lora": 2.16}
 USABLE_MEMORY = 0.80
 MFU = 0.40
+"""The utilisation assumed where gpus.yaml has no published measurement for the GPU (its `mfu`)."""
+ACTIVATION_BYTES = 34
+"""Activations a transformer layer keeps per token and hidden unit in 16-bit training, with FlashAttention
+(no s² attention scores): 34·s·b·h bytes (Korthikanti et al., Reducing Activation Recomputation in Large
+Transformer Models, arXiv:2205.05198, §4.1, eq. 1 less its 5·a·s/h attention term, which FlashAttention,
+arXiv:2205.14135, never stores). With full recomputation a layer keeps only its input, 2·s·b·h bytes, and one
+layer's activations exist at a time (§4.2); the recomputation is one more forward pass, 2 FLOPs per
+parameter and token."""
+WIDTH_PER_LAYER = 128
+"""Model shape from its size: N ≈ 12·L·h² (Kaplan et al., arXiv:2001.08361, §2.1) with h = 128·L, LLaMA's
+ratio (Touvron et al., arXiv:2302.13971, Table 2: 7B 4096/32, 13B 5120/40, 65B 8192/80)."""
 BYTES_PER_TOKEN = 4.0
 FLOPS_PER_PARAM_TOKEN = {"full": 6, "pretrain": 6, "lora": 4}
 BLOCK_OVERHEAD_HOURS = 1.5
@@ -76,6 +90,29 @@ HCC/CFS Turbo region of the samples (shapes with recorded zones use their first 
 
 def gpus_catalog() -> dict[str, dict]:
     return catalog.read("gpus.yaml")
+
+
+def model_shape(params: float) -> tuple[int, int]:
+    """(hidden size, layers) of a dense transformer of `params` parameters (WIDTH_PER_LAYER)."""
+    hidden = (WIDTH_PER_LAYER * params / 12) ** (1 / 3)
+    return round(hidden), max(1, round(hidden / WIDTH_PER_LAYER))
+
+
+def activation_gib(w: Workload, checkpointing: bool) -> float:
+    """Activation memory per GPU for one sample of `w.sequence_length` tokens (micro-batch 1): every layer's
+    activations, or with checkpointing every layer's input plus one layer's activations (ACTIVATION_BYTES).
+    Not sharded: each GPU holds its own micro-batch's."""
+    hidden, layers = model_shape(w.model_params)
+    per_layer = ACTIVATION_BYTES * w.sequence_length * hidden
+    total = 2 * w.sequence_length * hidden * layers + per_layer if checkpointing else per_layer * layers
+    return total / GIB
+
+
+def mfu_of(gpu: dict) -> tuple[float, str]:
+    """(utilisation, where it comes from) for a GPU row of gpus.yaml."""
+    if gpu.get("mfu") is not None:
+        return float(gpu["mfu"]), str(gpu.get("mfu_source", ""))
+    return MFU, "assumed: no published measurement for this GPU"
 
 
 @dataclass
@@ -109,6 +146,8 @@ class Candidate:
     """The priced items of the stack it would write, as `plan` prices them (LineItem fields)."""
     rank_reason: str = ""
     """Why the row is where it is (rank())."""
+    checkpointing: bool = False
+    """Whether the run recomputes activations (activation checkpointing) on this candidate."""
     cost_currency_shown: str = ""
     """The currency run_cost and monthly_cost are in (the recommendation's)."""
 
@@ -148,7 +187,7 @@ class Candidate:
                 "monthly_cost": None if self.monthly_cost is None else round(self.monthly_cost, 2),
                 "block_hours": self.block_hours, "node_price_estimate_as_of": self.estimated_price or None,
                 "within_budget": self.within_budget, "unpriced": self.unpriced, "why": self.why,
-                "rank_reason": self.rank_reason,
+                "rank_reason": self.rank_reason, "checkpointing": self.checkpointing,
                 "failed": self.failures(), "items": self.items}
 
 
@@ -317,7 +356,7 @@ def _block_regions(cloud: str, shape: Shape) -> tuple[str, ...]:
 def _purchases(w: Workload, cloud: str, shape: Shape, book: PriceBook) -> list[str]:
     from gpu_cluster.pricebook.catalog import spot_discount
 
-    out = ["on_demand"]
+    out = [] if shape.block_only else ["on_demand"]
     if _block_regions(cloud, shape):
         out.append("capacity_block")
     if w.criticality == "critical" or not catalog.limit(cloud, "spot"):
@@ -440,14 +479,26 @@ def recommend(w: Workload, book: PriceBook, sort: str = "cost") -> Recommendatio
                 place = _placement(cloud, shape, w.regions_of(cloud), bool(storage["lustre"]))
                 if place is None:
                     continue
-                per_gpu_tflops = float(gpu["peak_dense_tflops"]) * 1e12 * MFU
+                per_gpu_tflops = float(gpu["peak_dense_tflops"]) * 1e12 * mfu_of(gpu)[0]
                 have = shape.gpu_mem_gib * USABLE_MEMORY
 
-                def need(n: int) -> float:
+                def state(n: int) -> float:
                     return BYTES_PER_PARAM[w.method] * w.model_params / (n * shape.gpu_count) / GIB
 
+                def checkpointing(n: int) -> bool:
+                    """Whether the run recomputes activations at n nodes: as the workload says, or (auto) only
+                    where keeping them all would not fit."""
+                    if w.activation_checkpointing != "auto":
+                        return w.activation_checkpointing == "on"
+                    return state(n) + activation_gib(w, False) > have
+
+                def need(n: int) -> float:
+                    return state(n) + activation_gib(w, checkpointing(n))
+
                 def hours(n: int) -> float:
-                    return flops / (n * shape.gpu_count * per_gpu_tflops) / 3600
+                    k = FLOPS_PER_PARAM_TOKEN[w.method]
+                    recompute = (k + 2) / k if checkpointing(n) else 1.0  # one more forward pass
+                    return flops * recompute / (n * shape.gpu_count * per_gpu_tflops) / 3600
 
                 ok = [n for n in range(lo, hi + 1) if need(n) <= have and
                       (w.target_hours is None or hours(n) <= w.target_hours)]
@@ -465,6 +516,7 @@ def recommend(w: Workload, book: PriceBook, sort: str = "cost") -> Recommendatio
                         (region, zone), (nodes, block) = block_place, pick
                     c = Candidate(cloud=cloud, tier=tier, shape=shape, region=region, zone=zone, nodes=nodes,
                                   purchase=purchase, gpus=nodes * shape.gpu_count, need_gib=need(nodes),
+                                  checkpointing=checkpointing(nodes),
                                   have_gib=have, hours=hours(nodes), cost_currency="", node_month=None,
                                   fixed_month=0.0, storage=storage, block_hours=block,
                                   meets_time=w.target_hours is None or hours(nodes) <= w.target_hours)
@@ -477,18 +529,27 @@ def recommend(w: Workload, book: PriceBook, sort: str = "cost") -> Recommendatio
         workload=w, tokens=tokens, flops=flops, candidates=candidates, rate=rate, currency=currency,
         sources=book.describe(),
         assumptions={"bytes_per_param": BYTES_PER_PARAM[w.method], "usable_gpu_memory": USABLE_MEMORY, "mfu": MFU,
+                     "mfu_by_gpu": {g: {"mfu": mfu_of(row)[0], "source": mfu_of(row)[1]}
+                                    for g, row in gpus_yaml.items()},
+                     "model_shape": dict(zip(("hidden", "layers"), model_shape(w.model_params))),
+                     "sequence_length": w.sequence_length,
+                     "activation_gib_per_gpu": {"all_kept": round(activation_gib(w, False), 2),
+                                                "checkpointed": round(activation_gib(w, True), 2)},
                      "flops_per_param_token": FLOPS_PER_PARAM_TOKEN[w.method],
                      "bytes_per_token": BYTES_PER_TOKEN if w.tokens is None else None,
                      "hours_per_month": HOURS_PER_MONTH})
 
 
 def _why(c: Candidate, w: Workload, cur: str, gpu: dict) -> str:
-    mem = f"{c.need_gib:,.1f} of {c.have_gib:,.1f} GiB per GPU over {c.gpus} GPU(s)"
+    mem = (f"{c.need_gib:,.1f} of {c.have_gib:,.1f} GiB per GPU over {c.gpus} GPU(s)"
+           + (", activations recomputed" if c.checkpointing else ""))
     if not c.fits_memory:
-        return f"does not fit: needs {c.need_gib:,.1f} GiB per GPU, {c.have_gib:,.1f} usable even at {c.nodes} node(s)"
+        return (f"does not fit: needs {c.need_gib:,.1f} GiB per GPU (training state and activations"
+                + (", recomputed" if c.checkpointing else "") + f"), {c.have_gib:,.1f} usable even at {c.nodes} node(s)")
     if not c.meets_time:
         return (f"too slow: {c.hours:,.0f} h > target {w.target_hours:g} h at {c.nodes} node(s) "
-                f"({gpu['peak_dense_tflops']:g} TFLOPS {gpu['precision']} × {MFU:.0%})")
+                f"({gpu['peak_dense_tflops']:g} TFLOPS {gpu['precision']} × {mfu_of(gpu)[0]:.0%}"
+                + (", activations recomputed" if c.checkpointing else "") + ")")
     if c.within_budget is None:
         return f"fits ({mem}, {c.hours:,.0f} h) but has no price: " + ", ".join(sorted(set(c.unpriced)))
     if not c.within_budget:

@@ -28,7 +28,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from pydantic import Field, StrictBool, ValidationError, field_validator, model_validator
+from pydantic import Field, StrictBool, StrictInt, ValidationError, field_validator, model_validator
 
 from components import catalog
 from components.messages import essential, kind_of
@@ -100,6 +100,12 @@ class Workload(Strict):
     tokens: Optional[Number] = Field(default=None, gt=0, description="training tokens per epoch, e.g. 1e9; or give dataset_gb")
     dataset_gb: Optional[Number] = Field(default=None, gt=0, description="dataset size in GB (10⁹ bytes) of text; or give tokens")
     epochs: Number = Field(default=1, gt=0, description="passes over the data (default 1)")
+    sequence_length: StrictInt = Field(default=4096, ge=128, le=1_048_576,
+                                       description="tokens per training sample (default 4096): sets the activation memory")
+    activation_checkpointing: Literal["auto", "on", "off"] = Field(
+        default="auto", description="on: keep only each layer's input and recompute the rest in the backward pass "
+        "(one more forward pass of compute, far less activation memory); off: keep every activation; auto (default): "
+        "off where the activations fit, on where they do not")
     target_hours: Optional[Number] = Field(default=None, gt=0, description="wall-clock goal for the whole run, hours")
     budget: WorkloadBudget = Field(description="monthly_limit and currency")
     clouds: tuple[CloudName, ...] = Field(min_length=1, description="a list of aws and/or tencentcloud")

@@ -82,7 +82,11 @@ def test_shape_outside_tier_names_the_allowed_types():
 def _one_node_plan(shape, region: str):
     from gpu_cluster.plan import Plan
 
-    node = ({"type": "aws:ec2/instance:Instance", "inputs": {"instanceType": shape.type}} if shape.cloud == "aws" else
+    # A shape sold only in Capacity Blocks runs only in one: a node of a 24-hour block.
+    block = {"instanceMarketOptions": {"marketType": "capacity-block"}, "tags": {"gpu-cluster:block-hours": "24"}} \
+        if shape.block_only else {}
+    node = ({"type": "aws:ec2/instance:Instance", "inputs": {"instanceType": shape.type, **block}}
+            if shape.cloud == "aws" else
             {"type": "tencentcloud:Instance/instance:Instance",
              "inputs": {"instanceType": shape.type, "instanceChargeType": "POSTPAID_BY_HOUR"}})
     resources = [{"urn": f"urn:pulumi:s::p::pulumi:providers:{shape.cloud}::default", "custom": True,
@@ -94,7 +98,7 @@ def _one_node_plan(shape, region: str):
 def test_catalog_prices_every_shape_in_every_region_as_plan_does():
     """`catalog` and `plan` are one model of a price: for every shape, in every region it is priced or
     sold in, the catalog's hourly price is the unit price plan gives a node of it (value, currency,
-    estimate flag), or both say it is unpriced."""
+    estimate flag), or both say it is unpriced; for a shape sold only in Capacity Blocks, a node in a block."""
     from gpu_cluster.commands.catalog import collect, unit_price
     from gpu_cluster.pricing import price_plan
     from gpu_cluster.pricebook import load_book
@@ -123,6 +127,9 @@ def test_aws_shapes_record_where_they_are_sold_with_their_partitions():
     assert {"cn-north-1", "cn-northwest-1"} <= set(g5.regions) and "us-gov-west-1" not in g5.regions
     assert catalog.sold_in(p4d, "cn-northwest-1") and not catalog.sold_in(p4d, "cn-north-1")
     recorded = [s for s in catalog.shapes("aws").values() if "aws-offers" in s.source]
-    assert len(recorded) == 10 and all(s.regions for s in recorded)
+    assert len(recorded) == 11 and all(s.regions for s in recorded)
+    # p5e has no on-demand SKU anywhere: sold only in Capacity Blocks, in the blocks' regions.
+    p5e = catalog.shape("aws", "p5e.48xlarge")
+    assert p5e.block_only and set(p5e.regions) == set(catalog.limit("aws", "capacity_block")["offered"]["p5e.48xlarge"])
     # p4de's two regions come from its SkyPilot row (DescribeInstanceTypeOfferings data), as before.
     assert catalog.shape("aws", "p4de.24xlarge").regions == ("us-east-1", "us-west-2")

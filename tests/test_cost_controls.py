@@ -429,8 +429,11 @@ def test_capacity_blocks_are_refused_where_aws_does_not_sell_them():
     block = {"type": "capacity_block", "start_date": SOON, "duration_hours": 48}
     load_spec(merge(large, {"capacity": block}), REGIONS)
     one_problem(merge(AWS, {"capacity": block}), "instance_type='g5.xlarge'", "p5.48xlarge")
-    one_problem(merge(large, {"instance_type": "p4d.24xlarge", "tier": "mid", "nodes": 2, "capacity": block}),
-                "aws:region='us-east-1'", "us-east-2, us-west-2")
+    one_problem(merge(large, {"instance_type": "p5en.48xlarge", "capacity": block}),
+                "aws:region='us-east-1'", "p5en.48xlarge blocks are sold in us-east-2")
+    # p5e is sold only in blocks: on demand it is refused, naming the one purchase there is.
+    one_problem(merge(large, {"instance_type": "p5e.48xlarge"}), "instance_type='p5e.48xlarge'",
+                "capacity.type: capacity_block")
     for when in ("2020-01-01", (datetime.date.today() + datetime.timedelta(weeks=10)).isoformat()):
         one_problem(merge(large, {"capacity": {**block, "start_date": when}}), f"start_date={when}", "8 weeks")
 

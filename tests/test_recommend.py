@@ -137,23 +137,25 @@ def test_a_block_longer_than_a_month_is_paid_in_the_month_it_is_bought(tmp_path,
 
 def test_capacity_blocks_are_offered_only_where_aws_sells_them(tmp_path, capsys):
     """A block goes to a region that sells the shape in blocks, even when the shape's on-demand
-    candidate sits elsewhere (p4d and p5e blocks are not sold in us-east-1), and stays within the
-    workload's `regions`; shapes AWS does not sell in blocks, and Tencent shapes, get none."""
+    candidate sits elsewhere (p5en blocks are recorded in us-east-2 only), and stays within the
+    workload's `regions`; shapes AWS does not sell in blocks, and Tencent shapes, get none; a shape
+    sold only in blocks (p5e) gets no on-demand candidate."""
     offered = catalog.limit("aws", "capacity_block")["offered"]
     status, out = recommend_pretrain(tmp_path, capsys, "blocks", 1.5e12, 150000, "target_hours: 3000")
     blocks = [c for c in out["candidates"] if c["purchase"] == "capacity_block"]
     assert blocks and all(c["region"] in offered[c["shape"]] for c in blocks)
     assert all(c["zone"].startswith(c["region"]) for c in blocks)
     shapes = {c["shape"]: c["region"] for c in blocks}
-    assert shapes.get("p5e.48xlarge") == "us-east-2", "p5e blocks are sold in us-east-2 only"
+    assert shapes.get("p5en.48xlarge") == "us-east-2", "p5en blocks are recorded in us-east-2 only"
     on_demand = {c["shape"]: c["region"] for c in out["candidates"] if c["purchase"] == "on_demand"}
-    assert on_demand["p5e.48xlarge"] == "us-east-1", "on demand, the shape stays in the default region"
+    assert on_demand["p5en.48xlarge"] == "us-east-1", "on demand, the shape stays in the default region"
+    assert "p5e.48xlarge" not in on_demand and shapes.get("p5e.48xlarge") == "us-east-1"
     status, out = recommend_pretrain(tmp_path, capsys, "blocks", 1.5e12, 150000,
                                      "target_hours: 3000, regions: {aws: [us-east-1]}")
     blocks = [c for c in out["candidates"] if c["purchase"] == "capacity_block"]
     assert {c["region"] for c in out["candidates"]} == {"us-east-1"}
-    assert {c["shape"] for c in blocks} == {s for s, regions in offered.items() if "us-east-1" in regions} & \
-        {c["shape"] for c in out["candidates"]}
+    here = {s for s, regions in offered.items() if "us-east-1" in regions}
+    assert {c["shape"] for c in blocks} <= here and {"p5.48xlarge", "p5e.48xlarge"} <= {c["shape"] for c in blocks}
 
     from gpu_cluster.recommend import _purchases
 
@@ -188,8 +190,37 @@ def test_memory_model_bytes_per_param_sharded_over_gpus():
         "monthly_limit": 1e9, "currency": "USD"}, "clouds": ["aws"], "multi_node": True}})
     rec = recommend(w, catalog_book())
     p5 = next(c for c in rec.candidates if c.shape.type == "p5.48xlarge")
-    assert p5.need_gib == pytest.approx(16 * 7e9 / (p5.nodes * 8) / 2 ** 30)
-    assert p5.have_gib == pytest.approx(80 * 0.8)
+    # 7B as LLaMA-shaped: hidden (128 × 7e9 / 12)^(1/3) ≈ 4211, 33 layers; one 4096-token sample keeps
+    # 34 bytes per token, hidden unit and layer (FlashAttention): 34 × 4096 × 4211 × 33 bytes ≈ 18.1 GiB.
+    activations = 34 * 4096 * 4211 * 33 / 2 ** 30
+    assert rec.assumptions["model_shape"] == {"hidden": 4211, "layers": 33}
+    assert p5.need_gib == pytest.approx(16 * 7e9 / (p5.nodes * 8) / 2 ** 30 + activations, rel=1e-3)
+    assert p5.have_gib == pytest.approx(80 * 0.8) and not p5.checkpointing
+
+
+def test_activations_are_recomputed_where_they_do_not_fit_at_one_more_forward_pass():
+    """auto: a 40 GB A100 cannot keep a 14B model's activations of a 4096-token sample next to its share of
+    the state, so it recomputes them — every layer's input (2 bytes per token and hidden unit) plus one
+    layer's activations — and pays a forward pass more: (6 + 2) / 6 of the time; on is on everywhere."""
+    seed = load(EXAMPLES / "startup-seed.yaml")
+    rec = recommend(seed, catalog_book())
+    p4d = next(c for c in rec.candidates if c.shape.type == "p4d.24xlarge")
+    p4de = next(c for c in rec.candidates if c.shape.type == "p4de.24xlarge" and c.nodes == p4d.nodes)
+    hidden, layers = rec.assumptions["model_shape"].values()
+    assert p4d.checkpointing and not p4de.checkpointing
+    state = 16 * 14e9 / (p4d.nodes * 8) / 2 ** 30
+    assert p4d.need_gib == pytest.approx(state + (2 * layers + 34) * 4096 * hidden / 2 ** 30, rel=1e-3)
+    assert p4d.hours == pytest.approx(p4de.hours * 8 / 6, rel=1e-3)  # same A100s: only the recompute differs
+    forced = recommend(seed.model_copy(update={"activation_checkpointing": "on"}), catalog_book())
+    assert all(c.checkpointing for c in forced.candidates)
+
+
+def test_utilisation_is_the_gpus_published_measurement_or_says_it_is_assumed():
+    rec = recommend(load(EXAMPLES / "startup-seed.yaml"), catalog_book())
+    by_gpu = rec.assumptions["mfu_by_gpu"]
+    assert by_gpu["A100"]["mfu"] == 0.415 and "arXiv:2205.05198" in by_gpu["A100"]["source"]
+    assert by_gpu["H100"]["mfu"] == 0.40 and "arXiv:2407.21783" in by_gpu["H100"]["source"]
+    assert by_gpu["H20"] == {"mfu": 0.40, "source": "assumed: no published measurement for this GPU"}
 
 
 def test_time_model_six_n_d_over_peak_dense_bf16_at_40_percent():

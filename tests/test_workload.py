@@ -17,7 +17,8 @@ EXAMPLES = ROOT / "examples" / "workloads"
 DOC = ROOT / "docs" / "workload.md"
 SEED = {"name": "zhang-finetune", "model_params": 14e9, "method": "full", "tokens": None, "dataset_gb": 50,
         "epochs": 3, "target_hours": 100, "budget": {"monthly_limit": 100000, "currency": "CNY"},
-        "clouds": ["aws", "tencentcloud"], "criticality": "standard", "multi_node": True}
+        "clouds": ["aws", "tencentcloud"], "criticality": "standard", "multi_node": True, "sequence_length": 4096,
+        "activation_checkpointing": "auto"}
 
 
 def problem(**changes) -> str:

@@ -48,6 +48,8 @@ class Shape:
     zones: tuple[str, ...] = ()
     hpc: bool = False
     """Tencent HCC shape: must be created inside an HPC cluster."""
+    block_only: bool = False
+    """AWS shape sold only through EC2 Capacity Blocks (no on-demand offering in any region)."""
     unconfirmed: tuple[str, ...] = ()
     note: str = ""
 

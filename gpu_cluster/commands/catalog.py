@@ -29,7 +29,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def unit_price(shape: Any, region: Optional[str], book: Any = None) -> dict[str, Any]:
     """A shape's on-demand hourly price in `region` (default: the region its catalog price is for, else the
     cloud's price region) as `plan` prices a node of it: the same price book (price file → cache →
-    catalog) and the same Pricer.unit, in the currency of the cloud's totals."""
+    catalog) and the same Pricer.unit, in the currency of the cloud's totals. A shape sold only in Capacity
+    Blocks: its block's effective hourly rate, as `plan` prices a block of it."""
     from components import catalog
     from gpu_cluster.bills import bill_of
     from gpu_cluster.pricebook import load_book
@@ -38,7 +39,7 @@ def unit_price(shape: Any, region: Optional[str], book: Any = None) -> dict[str,
     region = region or shape.price_region or catalog.prices(shape.cloud).get("region")
     bill = bill_of(shape.cloud)
     value, meta = Pricer(book if book is not None else load_book(), shape.cloud, bill.currency, region).unit(
-        "instance", shape.type)
+        "capacity_block_hour" if shape.block_only else "instance", shape.type)
     return {"hourly": value, "currency": bill.currency, "region": region, "source": [meta.get("source", "")],
             "origin": meta.get("origin", ""), "as_of": meta.get("as_of", ""), "estimate": bool(meta.get("estimate")),
             "note": meta.get("note", "")}
@@ -55,6 +56,7 @@ def shape_row(shape: Any, tiers_of: list[str], region: Optional[str] = None, boo
         "nvme": {"count": shape.nvme_count, "gb_each": shape.nvme_gb},
         "network_gbps": shape.network_gbps,
         "regions": list(shape.regions) or list(catalog.sold_regions(shape)),
+        "capacity_blocks_only": shape.block_only,
         "zones": list(shape.zones),
         "price": unit_price(shape, region, book),
         "unconfirmed": list(shape.unconfirmed),
@@ -100,7 +102,8 @@ def collect(cloud: Optional[str], tier: Optional[str], region: Optional[str]) ->
 def _where(row: dict) -> str:
     if row["zones"]:
         return ", ".join(row["zones"])
-    return ", ".join(row["regions"]) if row["regions"] else "not recorded"
+    where = ", ".join(row["regions"]) if row["regions"] else "not recorded"
+    return f"Capacity Blocks only: {where}" if row.get("capacity_blocks_only") else where
 
 
 def _price(row: dict) -> str:

@@ -124,8 +124,13 @@ def run(args: argparse.Namespace) -> int:
                 + (" (default; set " if len(assumed) == 1 else " (defaults; set ")
                 + ", ".join(f"{k}:" for k in assumed) + " in the workload)")
     a = rec.assumptions
-    ui.line(f"model: {a['bytes_per_param']:g} bytes/param sharded over all GPUs, {a['usable_gpu_memory']:.0%} of GPU "
-            f"memory usable; {a['flops_per_param_token']} × params × tokens FLOPs at {a['mfu']:.0%} of peak dense "
+    shape, act = a["model_shape"], a["activation_gib_per_gpu"]
+    measured = sorted({f"{v['mfu']:.0%}" for v in a["mfu_by_gpu"].values() if not v["source"].startswith("assumed")})
+    ui.line(f"model: {a['bytes_per_param']:g} bytes/param sharded over all GPUs, plus activations of one "
+            f"{a['sequence_length']}-token sample per GPU ({act['all_kept']:,.1f} GiB, {act['checkpointed']:,.1f} "
+            f"recomputed; taken as {shape['layers']} layers of {shape['hidden']}), {a['usable_gpu_memory']:.0%} of GPU "
+            f"memory usable; {a['flops_per_param_token']} × params × tokens FLOPs (+2 when recomputing) at the "
+            f"GPU's measured utilisation ({', '.join(measured)}), {a['mfu']:.0%} where none is published; peak dense "
             f"BF16/FP16" + (f"; {a['bytes_per_token']:g} bytes/token" if a["bytes_per_token"] else "")
             + f"; exchange rate {rec.rate.label}")
     rows = []
@@ -137,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
                      c.rank_reason, c.why])
     ui.table(["#", "cloud", "region", "tier", "shape", "nodes", "purchase", "fits memory", "hours", "run cost", "monthly cost",
               "within budget", "rank", "why"], rows, right=("#", "nodes", "hours", "run cost", "monthly cost"),
-             title=f"candidates ({len(rec.candidates)}; best first by {'run cost, then hours' if args.sort == 'cost' else 'hours, then run cost'})")
+             title=f"candidates ({len(rec.candidates)}; best first by {'cost billed, then hours' if args.sort == 'cost' else 'hours, then cost billed'})")
     for line in book.describe():
         ui.line(f"prices: {line}")
     if top is None:
