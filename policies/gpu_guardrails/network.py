@@ -59,7 +59,13 @@ def _dedicated_subnet(args: Any, report_violation: Any) -> None:
                     f"and a subnet for cluster '{cluster}' instead.", node.urn)
                 continue
             owner = tags_of(subnet.props).get(CLUSTER_TAG)
-            if node.cluster and owner != node.cluster:
+            if not node.cluster:
+                report_violation(
+                    f"GPU node '{name}' carries no {CLUSTER_TAG} tag, so nothing says which cluster subnet "
+                    f"'{short(subnet.urn)}' is dedicated to; tag the node and its subnet with the cluster's name.",
+                    node.urn)
+                continue
+            if owner != node.cluster:
                 report_violation(
                     f"GPU node '{name}' runs in subnet '{short(subnet.urn)}', which is not tagged "
                     f"{CLUSTER_TAG}={node.cluster}; give cluster '{node.cluster}' its own subnet tagged so.",
@@ -823,6 +829,8 @@ def _open_clbs(view: StackView, nodes: list[Node]) -> list[tuple[Any, Node]]:
 AWS_LBS = ("aws:lb/loadBalancer:LoadBalancer", "aws:alb/loadBalancer:LoadBalancer")
 AWS_LISTENERS = ("aws:lb/listener:Listener", "aws:alb/listener:Listener")
 AWS_TARGET_GROUPS = ("aws:lb/targetGroup:TargetGroup", "aws:alb/targetGroup:TargetGroup")
+AWS_ASG_TG_ATTACHMENT = "aws:autoscaling/attachment:Attachment"
+AWS_ASG_TRAFFIC_SOURCE = "aws:autoscaling/trafficSourceAttachment:TrafficSourceAttachment"
 AWS_TG_ATTACHMENTS = ("aws:lb/targetGroupAttachment:TargetGroupAttachment",
                       "aws:alb/targetGroupAttachment:TargetGroupAttachment")
 
@@ -843,6 +851,17 @@ def _internet_load_balancers(view: StackView, nodes: list[Node]) -> list[tuple[A
             tg = view.ref(n.resource, "targetGroupArns", AWS_TARGET_GROUPS, value=v, keys=("arn", "id")).resource
             if tg is not None:
                 groups.setdefault(tg.urn, n)
+    # an autoscaling group's target groups attached by their own resources
+    for att, group_prop, tg_prop, tg_value in (
+            [(a, "autoscalingGroupName", "lbTargetGroupArn", get(a.props, "lbTargetGroupArn"))
+             for a in view.of_type(AWS_ASG_TG_ATTACHMENT)] +
+            [(a, "autoscalingGroupName", "trafficSource", get(a.props, "trafficSource.identifier"))
+             for a in view.of_type(AWS_ASG_TRAFFIC_SOURCE)]):
+        group = view.ref(att, group_prop, (AWS_ASG,), keys=("name", "id")).resource
+        tg = view.ref(att, tg_prop, AWS_TARGET_GROUPS, value=tg_value, keys=("arn", "id")).resource \
+            if tg_value is not None else None
+        if group is not None and tg is not None and group.urn in by_urn:
+            groups.setdefault(tg.urn, by_urn[group.urn])
     out: list[tuple[Any, Node]] = []
     for listener in view.of_type(*AWS_LISTENERS):
         lb = view.ref(listener, "loadBalancerArn", AWS_LBS, keys=("arn", "id")).resource

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Sequence
 
 from .props import (CLUSTER_TAG, CRITICALITY_TAG, ROLE_TAG, TIER_TAG, UNKNOWN, as_bool, as_int, as_str, get, items,
-                    known, tags_at, tags_of, values)
+                    known, tags_at, tags_of, values, TAG_PREFIX)
 from .shapes import is_gpu_type
 
 from .kinds import (AWS_ASG, AWS_BATCH, AWS_EMR, AWS_ENI, AWS_ENI_ATTACHMENT, AWS_FLEET, AWS_INSTANCE,  # noqa: F401
@@ -48,7 +48,8 @@ TC_SUBNET = "tencentcloud:Subnet/instance:Instance"
 TC_VPC = "tencentcloud:Vpc/instance:Instance"
 TC_HPC_CLUSTER = "tencentcloud:Cvm/hpcCluster:HpcCluster"
 
-SUBNET_TYPES = (AWS_SUBNET, AWS_DEFAULT_SUBNET, TC_SUBNET)
+AWS_SECONDARY_SUBNET = "aws:ec2/secondarySubnet:SecondarySubnet"
+SUBNET_TYPES = (AWS_SUBNET, AWS_DEFAULT_SUBNET, AWS_SECONDARY_SUBNET, TC_SUBNET)
 VPC_TYPES = (AWS_VPC, AWS_DEFAULT_VPC, TC_VPC)
 ENI_TYPES = (AWS_ENI, TC_ENI)
 
@@ -397,6 +398,12 @@ class StackView:
                     gpu_requirements=any(_asks_nvidia(r) for path in kind.requirements
                                          for r in values(props, path)) or
                     any(_asks_nvidia(get(t.props, "instanceRequirements")) for t in tmpl))
+        if not kind.tags and not tags:
+            # A type that carries no tags at all (a Tencent instance set) belongs to the cluster its subnet does.
+            for ref in subnets:
+                if ref.resource is not None:
+                    node.tags = {k: v for k, v in tags_of(ref.resource.props).items() if k.startswith(TAG_PREFIX)}
+                    break
         node.enis = self.enis_of(res) if spec is None else []
         node.zones = self._zones(kind, props, tmpl, subnets)
         if kind.hpc and spec is None:
@@ -557,7 +564,9 @@ class StackView:
         for tr in tmpl:
             nics = items(get(tr.props, "networkInterfaces"))
             # unknown subnet ids of several interfaces resolve together, as a set (`refs`)
-            for ref in self.refs(tr, "networkInterfaces", [get(nic, "subnetId") for nic in nics], SUBNET_TYPES):
+            for ref in self.refs(tr, "networkInterfaces", [get(nic, "subnetId") for nic in nics], SUBNET_TYPES) + \
+                    self.refs(tr, "secondaryInterfaces", values(tr.props, "secondaryInterfaces[].secondarySubnetId"),
+                              SUBNET_TYPES):
                 if ref not in from_templates:
                     from_templates.append(ref)
             for nic in nics:
@@ -658,7 +667,7 @@ class StackView:
             covered = set(kind.subnets) if kind is not None else set()
             if kind is not None and kind.each:
                 covered = {f"{kind.each}.{p}" for p in kind.subnets}
-            rest = [p for p in paths if p not in covered and "secondary" not in p.lower()]
+            rest = [p for p in paths if p not in covered]
             if not rest:
                 continue
             for res in self.of_type(t):
