@@ -90,3 +90,71 @@ def test_the_generated_docs_are_current():
 
     assert policydocs.POLICIES_DOC.read_text(encoding="utf-8") == policydocs.policies_doc(), "make policy-coverage"
     assert policydocs.COVERAGE_DOC.read_text(encoding="utf-8") == policydocs.coverage_doc(), "make policy-coverage"
+
+
+# ---- every property the pack reads, as the fixtures exercise it, exists in the SDK -----------------------
+
+class _Recorded(dict):
+    """A resource's properties that note every key read and found, as a schema path ("a.b[].c")."""
+
+    def __init__(self, data: dict, token: str, prefix: str, seen: set):
+        super().__init__(data)
+        self._token, self._prefix, self._seen = token, prefix, seen
+
+    def _wrap(self, key: str, value):
+        path = f"{self._prefix}{key}"
+        self._seen.add((self._token, path))
+        if key in ("tags", "tagsAll", "instanceTags") or path.endswith((".tags", "policy")):
+            return value  # a map of user keys, or a JSON document: no schema below
+        return _wrapped(value, self._token, path, self._seen)
+
+    def __getitem__(self, key):
+        return self._wrap(key, super().__getitem__(key))
+
+    def get(self, key, default=None):
+        return self._wrap(key, super().__getitem__(key)) if key in self else default
+
+
+class _RecordedList(list):
+    def __init__(self, data: list, token: str, path: str, seen: set):
+        super().__init__(data)
+        self._token, self._path, self._seen = token, path, seen
+
+    def __getitem__(self, i):
+        return _wrapped(super().__getitem__(i), self._token, f"{self._path}[]", self._seen)
+
+
+def _wrapped(value, token: str, path: str, seen: set):
+    if isinstance(value, dict):
+        return _Recorded(value, token, path + ".", seen)
+    if isinstance(value, list):
+        return _RecordedList(value, token, path, seen)
+    return value
+
+
+def test_every_property_the_pack_reads_on_the_fixtures_exists_in_the_sdk(monkeypatch):
+    """The pack's rules and the fixtures could agree on a property name no provider emits (an `ec2SshKey`
+    the real resource never has) and every test would pass: every key a rule reads and finds, on every
+    fixture, must be a property (or nested field) of that type in the locked SDK."""
+    from gpu_cluster import policyrun
+    from policy_fixtures import judged_violations, load
+
+    seen: set = set()
+    stacked, analyzed = policyrun._Converted.stacked, policyrun._Converted.analyzed
+    monkeypatch.setattr(policyrun._Converted, "stacked",
+                        lambda self, res: _Recorded(stacked(self, res), res.type, "", seen))
+    monkeypatch.setattr(policyrun._Converted, "analyzed",
+                        lambda self, res: _Recorded(analyzed(self, res), res.type, "", seen))
+    for path in case_files():
+        plan, config, _ = load(path)
+        judged_violations(plan, config)
+    checked, wrong = 0, []
+    for token, path in sorted(seen):
+        if token.split(":", 1)[0] not in sdkschema.PACKAGES or path == "id":
+            continue  # another provider's type, or the runner's physical id (not a schema property)
+        checked += 1
+        why = sdkschema.path_exists(token, path)
+        if why is not None:
+            wrong.append(why)
+    assert checked > 300
+    assert not wrong, "\n".join(sorted(set(wrong)))

@@ -393,8 +393,9 @@ def _tencent_encryption_problems(t: str, p: Any, cmk: bool) -> Iterable[str]:
     elif t == TC_DISK_SET:
         yield from _unless_true(get(p, "encrypt"), "set encrypt=True")
     elif t in (TC_SCALE_WORKER, TC_NATIVE_POOL):
-        paths = ("dataDisks[]", "workerConfig.dataDisks[]") if t == TC_SCALE_WORKER else ("native.dataDisks[]",)
-        for i, d in enumerate(d for path in paths for d in values(p, path)):
+        # (a scale worker's top-level data_disks only say how to mount: no encrypt there, provider 0.2.3)
+        path = "workerConfig.dataDisks[]" if t == TC_SCALE_WORKER else "native.dataDisks[]"
+        for i, d in enumerate(values(p, path)):
             yield from _unless_true(get(d, "encrypt"), f"set encrypt=True on data disk {i}")
     elif t == TC_NODE_POOL:
         for i, d in enumerate(items(get(p, "autoScalingConfig.dataDisks"))):
