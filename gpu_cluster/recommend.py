@@ -270,11 +270,21 @@ def training_tokens(w: Workload) -> float:
 
 
 def _placement(cloud: str, shape: Shape, allowed: Optional[tuple[str, ...]], lustre: bool,
-               within: Optional[tuple[str, ...]] = None) -> Optional[tuple[str, str]]:
+               within: Optional[tuple[str, ...]] = None, book: Optional[PriceBook] = None) -> Optional[tuple[str, str]]:
     """(region, zone) for a shape, or None when it is not sold in an allowed region; `within` narrows
-    the regions to those where a purchase option is sold (a Capacity Block's regions)."""
+    the regions to those where a purchase option is sold (a Capacity Block's regions). A region where a
+    `prices fetch` found no on-demand offering of the shape (the book's `not_sold`) is never chosen for it
+    on demand."""
     from components.clouds import profile
 
+    if book is not None and within is None:
+        unsold = {r for r in (allowed or catalog.sold_regions(shape) or (DEFAULT_REGION[cloud],))
+                  if book.not_sold(cloud, shape.type, r)}
+        if unsold:
+            allowed = tuple(r for r in (allowed or catalog.sold_regions(shape) or (DEFAULT_REGION[cloud],))
+                            if r not in unsold)
+            if not allowed:
+                return None
     sold = catalog.sold_regions(shape)
     lustre_regions = profile(cloud).lustre_regions() if lustre else None
     if lustre_regions is not None:
@@ -476,7 +486,7 @@ def recommend(w: Workload, book: PriceBook, sort: str = "cost") -> Recommendatio
                 gpu = gpus_yaml.get(shape.gpu)
                 if gpu is None:
                     continue
-                place = _placement(cloud, shape, w.regions_of(cloud), bool(storage["lustre"]))
+                place = _placement(cloud, shape, w.regions_of(cloud), bool(storage["lustre"]), book=book)
                 if place is None:
                     continue
                 per_gpu_tflops = float(gpu["peak_dense_tflops"]) * 1e12 * mfu_of(gpu)[0]

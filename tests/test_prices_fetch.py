@@ -281,3 +281,35 @@ def test_a_corrupt_cache_is_one_sentence(tmp_path):
         PriceCache.load(bad)
     assert "items[0].price=True: must be a number, not a boolean" in str(e.value)
     assert Path(bad).exists()
+
+
+def test_a_recorded_answer_with_no_offering_keeps_the_recommender_out_of_that_region(tmp_path, monkeypatch):
+    """Where a shape is sold, from the Price List at fetch time: a recorded GetProducts answer with no Linux
+    on-demand product of p5.48xlarge in us-east-1 is written to the cache as `not_sold`, and a workload that
+    allows us-east-1 and us-west-2 gets p5 only in us-west-2 — the catalog's region list says us-east-1
+    sells it, the later answer wins. A later fetch that finds a price takes the record back."""
+    from gpu_cluster.pricebook.cache import PriceCache
+    from gpu_cluster.recommend import recommend
+    from gpu_cluster.workload import parse
+
+    types = ["p5.48xlarge", "g4dn.xlarge"]
+    client, stub = stubbed_pricing(aws_expectations("us-east-1", types, {"g4dn.xlarge": "0.5260000000"}))
+    not_sold: list = []
+    items, problems = fetch_aws.fetch(client, "us-east-1", types, NOW, not_sold)
+    stub.assert_no_pending_responses()
+    assert [(n.key, n.region) for n in not_sold] == [("p5.48xlarge", "us-east-1")]
+    out = tmp_path / "cache.json"
+    cache = PriceCache.empty(out).merged(items, not_sold)
+    cache.write()
+    book = load_book(None, cache=out)
+    assert "no on-demand offering in us-east-1" in book.not_sold("aws", "p5.48xlarge", "us-east-1")
+    w = parse({"workload": {"name": "placed", "model_params": 7e9, "method": "full", "tokens": 1e9,
+                            "budget": {"monthly_limit": 1e9, "currency": "USD"}, "clouds": ["aws"],
+                            "regions": {"aws": ["us-east-1", "us-west-2"]}, "multi_node": True}})
+    p5 = [c for c in recommend(w, book).candidates if c.shape.type == "p5.48xlarge" and c.purchase != "capacity_block"]
+    assert p5 and {c.region for c in p5} == {"us-west-2"}
+    assert catalog.sold_in(catalog.shape("aws", "p5.48xlarge"), "us-east-1"), "the catalog alone would say us-east-1"
+    # A later answer with a price for it there takes the record back.
+    client, stub = stubbed_pricing(aws_expectations("us-east-1", ["p5.48xlarge"], {"p5.48xlarge": "54.0000000000"}))
+    again, _ = fetch_aws.fetch(client, "us-east-1", ["p5.48xlarge"], NOW, [])
+    assert PriceCache.load(out).merged(again).not_sold("aws", "p5.48xlarge", "us-east-1") is None

@@ -63,28 +63,34 @@ def fetch(args: argparse.Namespace) -> int:
     from components.headnode import HEAD_INSTANCE_TYPES
 
     types = list(catalog.shapes(args.cloud)) + [HEAD_INSTANCE_TYPES[args.cloud]]  # the GPU shapes, the Slurm head's
-    items, problems = {"aws": _fetch_aws, "tencentcloud": _fetch_tencent}[args.cloud](args, types, now)
-    cache = cache.merged(items)
+    not_sold: list = []
+    items, problems = {"aws": _fetch_aws, "tencentcloud": _fetch_tencent}[args.cloud](args, types, now, not_sold)
+    cache = cache.merged(items, not_sold)
     cache.write()
     ui.table(["item", "key", "price", "unit", "source"],
              [[i.item, i.key, f"{i.price:,.6g} {i.currency}", i.unit, i.source] for i in items],
              title=f"{args.cloud} {args.region}: {len(items)} price(s) fetched {now.isoformat()}")
     for p in problems:
         ui.warn(p)
+    for n in not_sold:
+        ui.line(f"not sold on demand: {n.key} in {n.region} (no offering in the answer; the recommender will not "
+                f"place it there)")
     ui.line(f"price cache written to {out} ({len(cache.doc.items)} prices); commit it so plans stay offline")
     hard = [p for p in problems if "no inquiry API" not in p]
     return EXIT_VIOLATION if hard else EXIT_OK
 
 
-def _fetch_aws(args: argparse.Namespace, types: list[str], now: datetime.datetime) -> tuple[list, list[str]]:
+def _fetch_aws(args: argparse.Namespace, types: list[str], now: datetime.datetime,
+               not_sold: list) -> tuple[list, list[str]]:
     from gpu_cluster.pricebook import fetch_aws
 
     ui.note(f"asking the AWS Price List API for {len(types)} instance types and 4 storage/network items in "
             f"{args.region}")
-    return fetch_aws.fetch(fetch_aws.client(), args.region, types, now)
+    return fetch_aws.fetch(fetch_aws.client(), args.region, types, now, not_sold)
 
 
-def _fetch_tencent(args: argparse.Namespace, types: list[str], now: datetime.datetime) -> tuple[list, list[str]]:
+def _fetch_tencent(args: argparse.Namespace, types: list[str], now: datetime.datetime,
+                   not_sold: list) -> tuple[list, list[str]]:
     from components import catalog
     from gpu_cluster.pricebook import fetch_tencent
 

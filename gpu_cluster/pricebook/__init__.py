@@ -154,6 +154,14 @@ class PriceBook:
             return price
         return None
 
+    def not_sold(self, cloud: str, key: str, region: Optional[str]) -> Optional[str]:
+        """Why a source knows `key` is not sold on demand in `region` (a fetch's answer), or None."""
+        for source in self.sources:
+            why = getattr(source, "not_sold", lambda *_: None)(cloud, key, region)
+            if why:
+                return why
+        return None
+
     def describe(self) -> list[str]:
         """One line per source, in precedence order, then discounts and the exchange rate."""
         lines = [s.describe() for s in self.sources]

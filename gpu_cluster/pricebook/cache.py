@@ -20,7 +20,7 @@ from __future__ import annotations
 import datetime
 import json
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Literal, Optional, Sequence
 
 from pydantic import Field, ValidationError
 
@@ -46,10 +46,22 @@ class CacheItem(Strict):
     note: str = Field(default="", description="free text")
 
 
+class NotSold(Strict):
+    """A shape the price source had no on-demand offering of in a region, when it was asked."""
+
+    cloud: Literal["aws", "tencentcloud"] = Field(description="aws or tencentcloud")
+    key: str = Field(min_length=1, description="instance type")
+    region: str = Field(min_length=1, description="the region asked")
+    source: str = Field(min_length=1, description="the API call that answered with no offering")
+    fetched_at: datetime.datetime = Field(description="ISO time of the fetch")
+
+
 class CacheDoc(Strict):
     gpu_cluster_price_cache: Literal[1] = Field(description="the cache format version, 1")
     updated_at: datetime.datetime = Field(description="ISO time of the last fetch")
     items: tuple[CacheItem, ...] = Field(default=(), description="cloud, item, key, region, price, ...")
+    not_sold: tuple[NotSold, ...] = Field(default=(), description="instance types with no on-demand offering in "
+                                                                 "a region at fetch time: cloud, key, region, source")
 
 
 class PriceCache:
@@ -59,6 +71,7 @@ class PriceCache:
         self.path = path
         self.doc = doc
         self._items = {(i.cloud, i.item, i.key, i.region): i for i in doc.items}
+        self._not_sold = {(n.cloud, n.key, n.region): n for n in doc.not_sold}
 
     @classmethod
     def load(cls, path: Path) -> "PriceCache":
@@ -85,12 +98,26 @@ class PriceCache:
                      source=f"{self.path}: {found.source}", as_of=found.fetched_at.date().isoformat(),
                      region=found.region, note=found.note)
 
-    def merged(self, new: list[CacheItem]) -> "PriceCache":
+    def not_sold(self, cloud: str, key: str, region: Optional[str]) -> Optional[str]:
+        """Why `key` is known not to be sold on demand in `region` (the fetch that found no offering), or None."""
+        found = self._not_sold.get((cloud, key, region)) if region else None
+        return None if found is None else (f"{found.source} found no on-demand offering in {region} "
+                                           f"({found.fetched_at.date().isoformat()}, {self.path})")
+
+    def merged(self, new: list[CacheItem], not_sold: Sequence[NotSold] = ()) -> "PriceCache":
+        """This cache with a later fetch's prices and answers: each replaces what it says again."""
         items = dict(self._items)
         for i in new:
             items[(i.cloud, i.item, i.key, i.region)] = i
+        unsold = {k: v for k, v in self._not_sold.items()
+                  if (k[0], "instance", k[1], k[2]) not in {(i.cloud, i.item, i.key, i.region) for i in new}}
+        for n in not_sold:
+            unsold[(n.cloud, n.key, n.region)] = n
+            items.pop((n.cloud, "instance", n.key, n.region), None)
         ordered = tuple(sorted(items.values(), key=lambda i: (i.cloud, i.region, i.item, i.key)))
-        return PriceCache(self.path, CacheDoc(gpu_cluster_price_cache=1, updated_at=_now(), items=ordered))
+        return PriceCache(self.path, CacheDoc(gpu_cluster_price_cache=1, updated_at=_now(), items=ordered,
+                                              not_sold=tuple(sorted(unsold.values(),
+                                                                    key=lambda n: (n.cloud, n.region, n.key)))))
 
     def write(self) -> None:
         doc = json.loads(self.doc.model_dump_json())

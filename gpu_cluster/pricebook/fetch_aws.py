@@ -24,7 +24,7 @@ import re
 from typing import Any, Callable, Iterable, Optional
 
 from gpu_cluster.pricebook import NO_KEY
-from gpu_cluster.pricebook.cache import CacheItem
+from gpu_cluster.pricebook.cache import CacheItem, NotSold
 
 PRICING_ENDPOINT_REGION = "us-east-1"
 """The Price List Query API answers from us-east-1 (also eu-central-1, ap-south-1)."""
@@ -68,8 +68,11 @@ def _source(service: str, product: dict, dim: dict) -> str:
             f"(published {pub}): {dim.get('description', '').strip()}")
 
 
-def fetch(client: Any, region: str, instance_types: Iterable[str], fetched_at: Any) -> tuple[list[CacheItem], list[str]]:
-    """Cache items for `region`, and one sentence per item that could not be fetched."""
+def fetch(client: Any, region: str, instance_types: Iterable[str], fetched_at: Any,
+          not_sold: Optional[list[NotSold]] = None) -> tuple[list[CacheItem], list[str]]:
+    """Cache items for `region`, and one sentence per item that could not be fetched. An instance type the
+    Price List has no Linux on-demand product of in `region` (an answer, not a failed call) is added to
+    `not_sold`: the recommender then never places it there."""
     items: list[CacheItem] = []
     problems: list[str] = []
 
@@ -96,12 +99,15 @@ def fetch(client: Any, region: str, instance_types: Iterable[str], fetched_at: A
 
     region_f = _tm("regionCode", region)
     for itype in instance_types:
-        got = first("AmazonEC2", [region_f, _tm("instanceType", itype), _tm("operatingSystem", "Linux"),
-                                  _tm("tenancy", "Shared"), _tm("preInstalledSw", "NA"),
-                                  _tm("capacitystatus", "Used"), _tm("licenseModel", "No License required")],
-                    "Hrs", f"instance {itype}")
+        filters = [region_f, _tm("instanceType", itype), _tm("operatingSystem", "Linux"), _tm("tenancy", "Shared"),
+                   _tm("preInstalledSw", "NA"), _tm("capacitystatus", "Used"),
+                   _tm("licenseModel", "No License required")]
+        got = first("AmazonEC2", filters, "Hrs", f"instance {itype}")
         if got:
             keep("instance", itype, "hour", *got)
+        elif not_sold is not None and problems[-1].endswith("(0 product(s) matched the filters)"):
+            not_sold.append(NotSold(cloud="aws", key=itype, region=region, fetched_at=fetched_at,
+                                    source="AWS Price List API GetProducts AmazonEC2 (Linux, shared tenancy)"))
     got = first("AmazonEC2", [region_f, _tm("productFamily", "Storage"), _tm("volumeApiName", "gp3")],
                 "GB-Mo", "EBS gp3")
     if got:
