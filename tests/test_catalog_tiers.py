@@ -9,7 +9,7 @@ import pytest
 from components import catalog, tiers
 from components.catalog import CLOUDS
 
-KNOWN_SOURCES = {"aws-offers", "skypilot", "karpenter", "torchx", "ec2-efa", "ec2-accel", "tc-gpu", "tke-guide", "tc-hcc"}
+KNOWN_SOURCES = {"aws-offers", "skypilot", "karpenter", "torchx", "ec2-efa", "ec2-accel", "tc-gpu", "tke-guide", "tc-hcc", "tke-rdma"}
 
 
 def all_shapes():

@@ -235,8 +235,9 @@ GID = "fe80:0000:0000:0000:5054:00ff:fe12:3456"
 
 
 def test_hcc_nodes_check_rdma_and_write_nccl_settings_for_every_process(tmp_path, sample_plan):
-    """HCC nodes (every scheduler) boot a step that waits for rdma-agent, proves each RDMA port ACTIVE with a GID
-    at NCCL_IB_GID_INDEX, and writes /etc/nccl.conf from the catalog's fabric row; other shapes have no such step."""
+    """HCC nodes (every scheduler) boot a step that waits for rdma-agent, proves the catalog's count of RDMA devices
+    (HCCPNV6: 8 bond NICs, TKE's rdma-agent documentation) each ACTIVE with a GID at NCCL_IB_GID_INDEX, and writes
+    /etc/nccl.conf from the catalog's fabric row; other shapes have no such step."""
     from components.slurm.fabric import fabric
 
     r, root = _rdma_run(tmp_path, {f"mlx5_bond_{i}": ("4: ACTIVE", GID) for i in range(8)})
@@ -246,7 +247,8 @@ def test_hcc_nodes_check_rdma_and_write_nccl_settings_for_every_process(tmp_path
     for devices, agent, reason in (
             ({"mlx5_bond_0": ("1: DOWN", GID)}, True, "mlx5_bond_0 port 1 is 1: DOWN, not ACTIVE"),
             ({"mlx5_bond_0": ("4: ACTIVE", "0000:0000:0000:0000:0000:0000:0000:0000")}, True, "has no GID at index 3"),
-            ({}, True, "no RDMA device"),
+            ({}, True, "0 RDMA devices, 8 expected"),
+            ({f"mlx5_bond_{i}": ("4: ACTIVE", GID) for i in range(7)}, True, "7 RDMA devices, 8 expected"),
             ({"mlx5_bond_0": ("4: ACTIVE", GID)}, False, "rdma-agent is not active")):
         r, _ = _rdma_run(tmp_path / reason.replace(" ", "-").replace(":", ""), devices, agent)
         assert r.returncode == 1 and reason in r.stderr, (reason, r.stderr)

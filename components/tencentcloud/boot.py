@@ -105,14 +105,15 @@ for dev in "$root"/sys/class/infiniband/*; do
     ''|0000:0000:0000:0000:0000:0000:0000:0000) fail "RDMA device ${dev##*/} has no GID at index {gid_index}" ;;
   esac
 done
-[ "$n" -gt 0 ] || fail "no RDMA device"
+[ "$n" -ge {expected} ] || fail "$n RDMA devices, {expected} expected"
 printf '%s' {nccl} > "$root"/etc/nccl.conf
 echo "$NAME: $n RDMA devices ACTIVE"
 """
 
 
 def rdma_step(shape: Shape) -> Step:
-    """The HCC node's RDMA check and NCCL settings (the catalogue's fabric row: components/catalog/fabric.yaml)."""
+    """The HCC node's RDMA check — at least the catalogue's RDMA interface count (1 where unpublished), each port
+    ACTIVE with a GID — and NCCL settings (the catalogue's fabric row: components/catalog/fabric.yaml)."""
     from components.slurm.fabric import fabric
 
     env = fabric(shape.cloud, shape.type).nccl_env
@@ -120,6 +121,7 @@ def rdma_step(shape: Shape) -> Step:
     return Step("gpu-cluster-rdma", bash_script(
         "gpu-cluster-rdma", "Check the HCC node's RDMA devices and write NCCL's RDMA settings",
         _RDMA_SH.replace("{wait}", str(RDMA_AGENT_WAIT_S)).replace("{gid_index}", str(env["NCCL_IB_GID_INDEX"]))
+        .replace("{expected}", str(shape.rdma_interfaces or 1))
         .replace("{nccl}", nccl)))
 
 
