@@ -348,15 +348,24 @@ def test_the_notes_say_what_slurm_adds_and_cannot_do(stack, slurm_plan):
 
 
 def test_an_own_tencent_image_is_told_what_the_boot_no_longer_installs_for_it():
-    """Slurm on Tencent needs image_id (Ubuntu): the boot then installs no Fabric Manager, and the Turbo
-    client may not support that kernel. The notes say both; the default image's note is gone."""
+    """Slurm on Tencent needs image_id (Ubuntu): the boot then installs no Fabric Manager (said in a note),
+    and CFS Turbo is refused with Slurm, since its client does not install on Ubuntu 24.04; an own image
+    without Slurm keeps the file system, with a note that the Turbo client may not support its kernel."""
+    from components.spec import SpecError
+    from conftest import stack_with
     from gpu_cluster.render import validate
 
     notes = validate(slurm_stack_with("tencent-large")).notes
     own = [n for n in notes if n.startswith("image_id=")]
-    assert any("/lustre needs Tencent's CFS Turbo client" in n and "drains the node" in n for n in own)
     assert any("HCCPNV6.96XLARGE2304 has NVSwitch" in n and "nvidia-fabricmanager" in n for n in own)
     assert not any(n.startswith("image: the newest public TencentOS") for n in notes)
+    with pytest.raises(SpecError) as refused:
+        validate(slurm_stack_with("tencent-large", {"storage": {"lustre": {"capacity_gib": 40960}}}))
+    assert "cluster.storage.lustre with scheduler: slurm on tencentcloud" in str(refused.value)
+    assert "allowed: storage.lustre: null with Slurm, or scheduler: none" in str(refused.value)
+    plain = validate(stack_with("tencent-large", {"image_id": "img-u2404gpu", "scheduler": "none"})).notes
+    assert any("/lustre needs Tencent's CFS Turbo client" in n and "gpu-cluster-lustre-client says why" in n
+               for n in plain)
     # No file system and no NVSwitch: nothing to say.
     assert not [n for n in validate(slurm_stack_with("tencent-entry")).notes if n.startswith("image_id=")]
 

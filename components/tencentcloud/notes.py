@@ -65,8 +65,8 @@ def _image_notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
                        f"kernel; its compatibility list (CFS documentation, \"Using CFS Turbo on Linux clients\") "
                        f"names TencentOS Server 3.1 and not Ubuntu 22.04, and says nothing we could read of 24.04. "
                        f"Where it does not, the node boots without /lustre and its boot step "
-                       f"gpu-cluster-lustre-client says why"
-                       + (" (the Slurm health check then drains the node)" if spec.scheduler == "slurm" else ""))
+                       f"gpu-cluster-lustre-client says why (with Slurm, which needs Ubuntu 24.04 here, the spec "
+                       f"refuses the file system)")
         if shape.interconnect == "nvswitch":
             out.append(f"image_id={spec.image_id}: {shape.type} has NVSwitch, so the image must carry "
                        f"nvidia-fabricmanager of exactly its driver's version, enabled; the boot installs neither "

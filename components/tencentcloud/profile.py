@@ -70,6 +70,15 @@ class TencentCloudProfile(CloudProfile):
         return catalog.limit("tencentcloud", "cfs_turbo")["TB"]["min_gib"]
 
     def storage_problems(self, spec: "ClusterSpec", lustre: Optional["Lustre"]) -> list[str]:
+        if lustre is not None and spec.scheduler == "slurm" and spec.image_id is not None:
+            # The Slurm boot installs Ubuntu 24.04's packages; the CFS Turbo client installs only on the default
+            # kernels of TencentOS Server 3.1/2.4/2.2, CentOS 7.2-7.9 and Ubuntu 16.04-20.04 (CFS documentation,
+            # "Using CFS Turbo on Linux clients": intl.cloud.tencent.com/document/product/582/40298).
+            return ["cluster.storage.lustre with scheduler: slurm on tencentcloud: Slurm here needs an Ubuntu 24.04 "
+                    "image_id, on which Tencent's CFS Turbo client does not install (it supports the default "
+                    "kernels of TencentOS Server 3.1, CentOS 7 and Ubuntu up to 20.04), so no node could mount "
+                    "/lustre and every node would be drained; allowed: storage.lustre: null with Slurm, or "
+                    "scheduler: none with the file system"]
         if lustre is not None and spec.network.existing_subnet_id:
             return ["cluster.storage.lustre with cluster.network.existing_subnet_id on tencentcloud: CFS Turbo "
                     "needs its own CCN range beside the cluster's VPC, which is only known when the stack "
