@@ -770,7 +770,9 @@ def _power_env(tmp_path, instances: str, start_fails: int = 0):
         '#!/bin/bash\necho "scontrol $*" >> "$STUB_STATE/scontrol.log"\n'
         'if [ "$1 $2" = "show hostnames" ]; then python3 -c "import sys; p, r = sys.argv[1].split(\'[\'); '
         'a, b = r.rstrip(\']\').split(\'-\'); [print(f\'{p}{i}\') for i in range(int(a), int(b) + 1)]" "$3"; fi\n')
-    real_aws = (bin_dir / "aws").read_text()
+    real_aws = (bin_dir / "aws").read_text().replace(
+        '  "ec2 describe-instances")\n',
+        '  "ec2 describe-instances")\n    [ -e "$STUB_STATE/describe-fails" ] && { echo "An error occurred (RequestLimitExceeded)" >&2; exit 254; }\n')
     (bin_dir / "aws").write_text(real_aws.replace(
         '  "ec2 start-instances"|"ec2 stop-instances")',
         '  "ec2 start-instances"|"ec2 stop-instances")\n'
@@ -822,6 +824,21 @@ def test_the_power_programs_queue_requests_that_the_root_agent_carries_out(tmp_p
     (st / "stop-fails").unlink()
     _run(agent, power.agent_script(c, max_polls=1), env)
     assert not list(spool.iterdir()) and (st / "ec2.log").read_text().splitlines()[-1] == "stop i-000"
+    # The instance list failing (throttled): a resume's nodes are powered down to be tried again, not left to
+    # turn DOWN at ResumeTimeout; a suspend is kept for the next poll.
+    write_state(st, **{"describe-fails": 1})
+    _run(tmp_path / "slurm-resume", power.request_script(c, "resume"), env, "llm-node-[0-1]")
+    r = _run(agent, power.agent_script(c, max_polls=1), env)
+    log = (st / "scontrol.log").read_text()
+    assert all(f"scontrol update nodename=llm-node-{i} state=power_down_force" in log.split("show hostnames")[-1]
+               for i in (0, 1)) and "cannot list the instances" in r.stderr and not list(spool.iterdir())
+    _run(tmp_path / "slurm-suspend", power.request_script(c, "suspend"), env, "llm-node-[2-2]")
+    _run(agent, power.agent_script(c, max_polls=1), env)
+    [kept] = list(spool.iterdir())
+    assert kept.name.endswith(".suspend.work")
+    (st / "describe-fails").unlink()
+    _run(agent, power.agent_script(c, max_polls=1), env)
+    assert not list(spool.iterdir())
     with pytest.raises(ValueError, match="no power saving commands for tencentcloud"):
         power.agent_script(dataclasses.replace(c, cloud="tencentcloud", shape=catalog.shape(
             "tencentcloud", "HCCPNV6.96XLARGE2304")))

@@ -60,6 +60,9 @@ act() {  # mode hostlist; a stop that fails is queued again (a stopped node must
   CLUSTER_FILTER="Name=tag:$NAME_TAG,Values=$CLUSTER"
   if ! found=$(instance_lookup 2> /dev/null); then
     say "cannot list the instances of $CLUSTER"
+    # a resume request is not kept: its nodes are powered down again, for Slurm to try them for a later job
+    # (left POWERING_UP they would end DOWN at ResumeTimeout); a suspend request is kept and acted on again
+    if [ "$mode" = resume ]; then for n in "${nodes[@]}"; do retry_later "$n" "the instance list failed"; done; fi
     return 1
   fi
   for n in "${nodes[@]}"; do
