@@ -25,8 +25,9 @@ HCC_CREATE_TIMEOUT = "60m"
 timeout, 15 minutes unless set (resource_tc_instance.go v1.82.42: Timeouts Create DefaultTimeout(15 * time.Minute),
 and Create retries DescribeInstances within d.Timeout(schema.TimeoutCreate)). An HCC node is a whole
 RDMA-attached server placed in its HPC cluster, and Tencent publishes no creation time for one: four times the
-default, so a slow placement does not fail a `pulumi up` that would have succeeded (the instance would be left
-created but outside the state)."""
+default, so a slow placement does not fail a `pulumi up` that would have succeeded (the provider records the
+instance id before it waits, resource_tc_instance.go v1.82.42 L999: a timed-out node is left in the state as
+partially created, and the next `pulumi up` replaces it)."""
 SCRATCH_DISK_GB = 1000
 """Size of the non-persistent scratch disk when storage.scratch is "disk" (the spec has no size
 field for it)."""
@@ -212,8 +213,12 @@ class Compute(pulumi.ComponentResource):
             # properties back whenever there is a state (pulumi/pulumi step_generator.go,
             # processIgnoreChanges), `pulumi up --replace` included. To move a node onto them, delete it
             # and let the next `pulumi up` create it (`pulumi destroy --target <urn> --target-dependents`).
-            # userDataRaw stays ignored for nodes created before user data was compressed.
-            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["imageId", "userDataRaw", "userData"],
+            # userDataRaw stays ignored for nodes created before user data was compressed. The system
+            # disk type is looked up at every run too (what the zone sells now), and a change to it resizes
+            # the disk with ForceStop (resource_tc_instance.go v1.82.42 Update, system_disk_type →
+            # ResizeInstanceDisks ForceStop=true): a node keeps the type it was created with.
+            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["imageId", "userDataRaw", "userData",
+                                                                     "systemDiskType"],
                                         depends_on=list(args.after),
                                         custom_timeouts=pulumi.CustomTimeouts(create=HCC_CREATE_TIMEOUT) if args.hpc
                                         else None),

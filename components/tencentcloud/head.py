@@ -161,7 +161,9 @@ class Head(pulumi.ComponentResource):
             # A newer public image would reinstall the head node in place (resource_tc_instance.go Update:
             # image_id → ResetInstance): it keeps its image until it is replaced. The fixed address is free
             # only once the old head node is gone.
-            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True, ignore_changes=["imageId"],
+            # (the system disk type, looked up at every run, would force-stop the head to resize: kept as created)
+            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True,
+                                        ignore_changes=["imageId", "systemDiskType"],
                                         depends_on=list(args.after)))
 
     def _role(self, prefix: str, who: str, what: str, args: HeadArgs, user, write: bool,
