@@ -769,7 +769,8 @@ def _power_env(tmp_path, instances: str, start_fails: int = 0):
     (bin_dir / "scontrol").write_text(
         '#!/bin/bash\necho "scontrol $*" >> "$STUB_STATE/scontrol.log"\n'
         'if [ "$1 $2" = "show hostnames" ]; then python3 -c "import sys; p, r = sys.argv[1].split(\'[\'); '
-        'a, b = r.rstrip(\']\').split(\'-\'); [print(f\'{p}{i}\') for i in range(int(a), int(b) + 1)]" "$3"; fi\n')
+        'a, b = r.rstrip(\']\').split(\'-\'); [print(f\'{p}{i}\') for i in range(int(a), int(b) + 1)]" "$3"; fi\n'
+        'if [ "$1 $2" = "show nodes" ]; then cat "$STUB_STATE/nodes" 2> /dev/null; fi\n')
     real_aws = (bin_dir / "aws").read_text().replace(
         '  "ec2 describe-instances")\n',
         '  "ec2 describe-instances")\n    [ -e "$STUB_STATE/describe-fails" ] && { echo "An error occurred (RequestLimitExceeded)" >&2; exit 254; }\n')
@@ -842,6 +843,25 @@ def test_the_power_programs_queue_requests_that_the_root_agent_carries_out(tmp_p
     with pytest.raises(ValueError, match="no power saving commands for tencentcloud"):
         power.agent_script(dataclasses.replace(c, cloud="tencentcloud", shape=catalog.shape(
             "tencentcloud", "HCCPNV6.96XLARGE2304")))
+
+
+def test_the_agent_stops_the_running_instance_of_a_node_slurm_counts_as_powered_down(tmp_path):
+    """A node POWERED_DOWN in Slurm whose instance runs bills while no job can use it (a stop lost with its
+    request, an instance started by hand): every RECONCILE_POLLS the agent stops it. A node powering up (a
+    resume under way), an idle node and a stopped instance are left alone."""
+    c = cluster(nodes=4, paths=Paths().rooted(str(tmp_path / "node")))
+    env, st = _power_env(tmp_path, "0\ti-000\trunning\n1\ti-111\trunning\n2\ti-222\tstopped\n3\ti-333\trunning\n")
+    write_state(st, nodes=["NodeName=llm-node-0 Arch=x86_64 State=IDLE+POWERED_DOWN ThreadsPerCore=1",
+                           "NodeName=llm-node-1 Arch=x86_64 State=IDLE+POWERED_DOWN+POWERING_UP ThreadsPerCore=1",
+                           "NodeName=llm-node-2 Arch=x86_64 State=IDLE+POWERED_DOWN ThreadsPerCore=1",
+                           "NodeName=llm-node-3 Arch=x86_64 State=IDLE ThreadsPerCore=1"])
+    Path(c.paths.power_spool).mkdir(parents=True)
+    agent = tmp_path / "power-agent"
+    r = _run(agent, power.agent_script(c, max_polls=1), env)
+    assert r.returncode == 0 and not (st / "ec2.log").exists(), "not before RECONCILE_POLLS polls"
+    r = _run(agent, power.agent_script(c, max_polls=1, reconcile_polls=1), env)
+    assert r.returncode == 0 and (st / "ec2.log").read_text() == "stop i-000\n", r.stderr
+    assert "reconciled llm-node-0: Slurm counts it powered down but i-000 was running" in r.stderr
 
 
 def test_the_window_timer_closes_the_partition_and_powers_nodes_down_outside_and_opens_it_inside(tmp_path):

@@ -89,6 +89,25 @@ act() {  # mode hostlist; a stop that fails is queued again (a stopped node must
     fi
   done
 }
+# A node Slurm counts as powered down (not powering up or down) whose instance is running bills while no job
+# can use it (a stop lost with its request, an instance started by hand): it is stopped. Every RECONCILE_POLLS.
+reconcile() {
+  local n index id state
+  local -a down
+  mapfile -t down < <(scontrol show nodes -o 2> /dev/null | awk '/ State=[^ ]*POWERED_DOWN/ && !/ State=[^ ]*POWERING_/ {
+    sub(/^NodeName=/, "", $1); print $1 }')
+  [ "${#down[@]}" -gt 0 ] || return 0
+  CLUSTER_FILTER="Name=tag:$NAME_TAG,Values=$CLUSTER"
+  found=$(instance_lookup 2> /dev/null) || return 0
+  for n in "${down[@]}"; do
+    index=${n#"$NODE_PREFIX"}
+    read -r id state < <(printf '%s\n' "$found" | awk -v i="$index" '$1 == i { print $2, $3; exit }') || true
+    [ "$index" != "$n" ] && [ "$state" = running ] || continue
+    INSTANCE_IDS=("$id")
+    if out=$(instance_stop 2>&1); then say "reconciled $n: Slurm counts it powered down but $id was running; stopped it"
+    else say "could not stop $id of powered-down $n: $(printf '%s' "$out" | tr -s '\n' ' ' | tail -c 200)"; fi
+  done
+}
 # Requests are files <time>-<pid>.<mode> holding a hostlist, taken oldest first. A request being acted on is
 # <name>.<mode>.work, so one the agent was stopped in the middle of is acted on again; a failed stop is too.
 polls=0
@@ -106,6 +125,7 @@ while :; do
     if act "$mode" "$hosts" || [ "$mode" = resume ]; then rm -f "$work"; fi
   done
   polls=$((polls + 1))
+  if [ $((polls % RECONCILE_POLLS)) -eq 0 ]; then reconcile; fi
   if [ "$MAX_POLLS" -gt 0 ] && [ "$polls" -ge "$MAX_POLLS" ]; then exit 0; fi
   sleep "$POLL_S"
 done
@@ -143,9 +163,14 @@ def request_script(c: SlurmCluster, mode: str) -> str:
                    {"MODE": mode, "SPOOL": c.paths.power_spool}, _REQUEST_BODY)
 
 
-def agent_script(c: SlurmCluster, poll_s: int = 2, max_polls: int = 0) -> str:
+RECONCILE_POLLS = 30
+"""How often (in polls of POLL_S) power-agent stops the instance of a node Slurm counts as powered down: a minute."""
+
+
+def agent_script(c: SlurmCluster, poll_s: int = 2, max_polls: int = 0, reconcile_polls: int = RECONCILE_POLLS) -> str:
     """power-agent: the root service on the head node that starts and stops the GPU node instances Slurm asked
-    for. max_polls=0: forever (the systemd service); the tests bound it."""
+    for, and stops the instance of a node Slurm counts as powered down. max_polls=0: forever (the systemd
+    service); the tests bound it."""
     o = ops(c.cloud)
     if o.instance_lookup is None or o.instance_start is None or o.instance_stop is None:
         raise ValueError(f"no power saving commands for {c.cloud}")
@@ -153,6 +178,7 @@ def agent_script(c: SlurmCluster, poll_s: int = 2, max_polls: int = 0) -> str:
         "SPOOL": c.paths.power_spool, "REGION": c.region, "CLUSTER": c.name, "NAME_TAG": NAME_TAG,
         "NODE_PREFIX": f"{c.name}-node-", "REASON_PREFIX": POWER_REASON_PREFIX,
         "TRIES": START_TRIES, "RETRY_S": START_RETRY_S, "POLL_S": poll_s, "MAX_POLLS": max_polls,
+        "RECONCILE_POLLS": reconcile_polls,
     }, _POWER_BODY, [shell.function("instance_lookup", o.instance_lookup),
                      shell.function("instance_start", o.instance_start),
                      shell.function("instance_stop", o.instance_stop)])

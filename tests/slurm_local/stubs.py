@@ -119,7 +119,7 @@ done
 STUB_UID=$uid exec "$@"
 ''',
     # aws secretsmanager get/put-secret-value, sts assume-role, cloudwatch put-metric-data, and the ec2 calls of
-    # Slurm power saving: describe-instances answers from $STUB_STATE/instances ("<index> <instance id>" lines, as
+    # Slurm power saving: describe-instances answers from $STUB_STATE/instances ("<index> <instance id> [<state>]" lines, as
     # the generated --query prints them); start- and stop-instances are appended to $STUB_STATE/ec2.log, which
     # the harness plays EC2 from (a stop stops slurmd, a start starts it).
     "aws": r'''#!/bin/bash
