@@ -278,13 +278,12 @@ def _placement(cloud: str, shape: Shape, allowed: Optional[tuple[str, ...]], lus
     from components.clouds import profile
 
     if book is not None and within is None:
-        unsold = {r for r in (allowed or catalog.sold_regions(shape) or (DEFAULT_REGION[cloud],))
-                  if book.not_sold(cloud, shape.type, r)}
-        if unsold:
-            allowed = tuple(r for r in (allowed or catalog.sold_regions(shape) or (DEFAULT_REGION[cloud],))
-                            if r not in unsold)
-            if not allowed:
+        asked = allowed or catalog.sold_regions(shape) or (DEFAULT_REGION[cloud],)
+        offered = tuple(r for r in asked if not book.not_sold(cloud, shape.type, r))
+        if offered != asked:
+            if not offered:
                 return None
+            allowed = offered
     sold = catalog.sold_regions(shape)
     lustre_regions = profile(cloud).lustre_regions() if lustre else None
     if lustre_regions is not None:
@@ -469,6 +468,8 @@ def recommend(w: Workload, book: PriceBook, sort: str = "cost") -> Recommendatio
     # the order docs/recommend.md states them, one candidate at a time; split up, the closures over the
     # shape's figures (need, hours) would travel through every helper.
     gpus_yaml = gpus_catalog()
+    # activation GiB per GPU by checkpointing: False keeps every activation, True recomputes them
+    activations = {checkpointed: activation_gib(w, checkpointed) for checkpointed in (False, True)}
     tokens = training_tokens(w)
     flops = FLOPS_PER_PARAM_TOKEN[w.method] * w.model_params * tokens
     currency = w.budget.currency
@@ -500,10 +501,10 @@ def recommend(w: Workload, book: PriceBook, sort: str = "cost") -> Recommendatio
                     where keeping them all would not fit."""
                     if w.activation_checkpointing != "auto":
                         return w.activation_checkpointing == "on"
-                    return state(n) + activation_gib(w, False) > have
+                    return state(n) + activations[False] > have
 
                 def need(n: int) -> float:
-                    return state(n) + activation_gib(w, checkpointing(n))
+                    return state(n) + activations[checkpointing(n)]
 
                 def hours(n: int) -> float:
                     k = FLOPS_PER_PARAM_TOKEN[w.method]
@@ -543,8 +544,8 @@ def recommend(w: Workload, book: PriceBook, sort: str = "cost") -> Recommendatio
                                     for g, row in gpus_yaml.items()},
                      "model_shape": dict(zip(("hidden", "layers"), model_shape(w.model_params))),
                      "sequence_length": w.sequence_length,
-                     "activation_gib_per_gpu": {"all_kept": round(activation_gib(w, False), 2),
-                                                "checkpointed": round(activation_gib(w, True), 2)},
+                     "activation_gib_per_gpu": {"all_kept": round(activations[False], 2),
+                                                "checkpointed": round(activations[True], 2)},
                      "flops_per_param_token": FLOPS_PER_PARAM_TOKEN[w.method],
                      "bytes_per_token": BYTES_PER_TOKEN if w.tokens is None else None,
                      "hours_per_month": HOURS_PER_MONTH})

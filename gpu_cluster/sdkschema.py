@@ -53,6 +53,7 @@ def _token_files(cloud: str) -> dict[str, Path]:
     return out
 
 
+@lru_cache(maxsize=None)
 def module_file(token: str) -> Optional[Path]:
     """The SDK module that defines resource `token` (None: no such resource in the installed SDK)."""
     cloud, module, _ = (token.split(":") + ["", ""])[:3]

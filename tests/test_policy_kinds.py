@@ -9,6 +9,7 @@ a passing fixture.
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 
 import pytest
 
@@ -65,6 +66,7 @@ def test_the_reviewed_lists_name_types_of_the_generated_list():
         assert own <= paths, (kind.token, sorted(own - paths))
 
 
+@lru_cache(maxsize=None)
 def _fixture_types() -> dict[str, set[str]]:
     """type token → {"fail", "pass"}: the kinds each fixture adds, by whether it expects violations on them."""
     seen: dict[str, set[str]] = {}

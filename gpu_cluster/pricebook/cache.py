@@ -109,8 +109,8 @@ class PriceCache:
         items = dict(self._items)
         for i in new:
             items[(i.cloud, i.item, i.key, i.region)] = i
-        unsold = {k: v for k, v in self._not_sold.items()
-                  if (k[0], "instance", k[1], k[2]) not in {(i.cloud, i.item, i.key, i.region) for i in new}}
+        priced = {(i.cloud, i.item, i.key, i.region) for i in new}
+        unsold = {k: v for k, v in self._not_sold.items() if (k[0], "instance", k[1], k[2]) not in priced}
         for n in not_sold:
             unsold[(n.cloud, n.key, n.region)] = n
             items.pop((n.cloud, "instance", n.key, n.region), None)

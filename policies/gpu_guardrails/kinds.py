@@ -14,7 +14,6 @@ load balancer...) are in `placements.py`, generated from the same SDKs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 AWS_INSTANCE = "aws:ec2/instance:Instance"
 AWS_SPOT_REQUEST = "aws:ec2/spotInstanceRequest:SpotInstanceRequest"
@@ -142,9 +141,6 @@ KINDS: dict[str, Kind] = {k.token: k for k in (
 CAPACITY_TYPES = tuple(KINDS)
 """Resources that run machines: GPU nodes and anything else that could share their subnet."""
 
-
-def kind_of(token: str) -> Optional[Kind]:
-    return KINDS.get(token)
 
 
 # ---- everything else that names a subnet (placements.py, generated) ------------------------------------

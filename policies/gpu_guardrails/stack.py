@@ -598,7 +598,6 @@ class StackView:
         if self._enis is not None:
             return self._enis
         self._enis, self._eni_owners = {}, {}
-        machines = CAPACITY_TYPES
 
         def attach(machine: Any, eni: Any) -> None:
             if machine is None or eni is None:
@@ -615,14 +614,14 @@ class StackView:
                 for v in values(res.props, path):
                     attach(res, self.ref(res, prop, ENI_TYPES, value=v, keys=("id",)).resource)
         for a in self.of_type(AWS_ENI_ATTACHMENT):
-            attach(self.ref(a, "instanceId", machines, keys=("id",)).resource,
+            attach(self.ref(a, "instanceId", CAPACITY_TYPES, keys=("id",)).resource,
                    self.ref(a, "networkInterfaceId", ENI_TYPES, keys=("id",)).resource)
         for a in self.of_type(TC_ENI_ATTACHMENT):
-            attach(self.ref(a, "instanceId", machines, keys=("id",)).resource,
+            attach(self.ref(a, "instanceId", CAPACITY_TYPES, keys=("id",)).resource,
                    self.ref(a, "eniId", ENI_TYPES, keys=("id",)).resource)
         for eni in self.of_type(AWS_ENI):
             for v in values(eni.props, "attachments[].instance"):
-                attach(self.ref(eni, "attachments", machines, value=v, keys=("id",)).resource, eni)
+                attach(self.ref(eni, "attachments", CAPACITY_TYPES, value=v, keys=("id",)).resource, eni)
         return self._enis
 
     def _subnet_zones(self, subnets: list[Ref]) -> list[str]:

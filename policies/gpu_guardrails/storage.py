@@ -303,14 +303,15 @@ def _encryption_problems(t: str, p: Any, cmk: bool, ebs_default: bool, ebs_defau
         yield from _tencent_encryption_problems(t, p, cmk)
 
 
-_STRICT = [False]  # storage-encrypted runs in strict mode (set while it runs)
+class _IfStrict(str):
+    """A fix for a value unknown until the update: reported only in strict mode (the caller filters)."""
 
 
 def _unless_true(value: Any, what: str) -> Iterable[str]:
-    """`what` (the fix) unless `value` is known to be true; in strict mode an unknown value is not true."""
+    """`what` (the fix) unless `value` is known to be true; for an unknown value, the fix marked _IfStrict."""
     if value is UNKNOWN:
-        if _STRICT[0]:
-            yield f"{what} (the value is unknown until the update, and strict mode accepts nothing it cannot see)"
+        yield _IfStrict(f"{what} (the value is unknown until the update, and strict mode accepts nothing it "
+                        f"cannot see)")
     elif as_bool(value) is not True:
         yield what
 
@@ -422,15 +423,8 @@ def _region(res: Any) -> Optional[str]:
 
 
 def _storage_encrypted(args: Any, report_violation: Any) -> None:
-    _STRICT[0] = strict(args)
-    try:
-        _judge_encryption(args, report_violation)
-    finally:
-        _STRICT[0] = False
-
-
-def _judge_encryption(args: Any, report_violation: Any) -> None:
     view = view_of(args.resources)
+    strict_mode = strict(args)
     report_unknowns(args, view.gpu_nodes(), "storage-encrypted", report_violation)
     cmk = config_value(args, "requireCustomerManagedKey", False) is True
     # EBS encryption by default is a setting of one account and region: it covers volumes in its region only.
@@ -442,6 +436,8 @@ def _judge_encryption(args: Any, report_violation: Any) -> None:
         ebs_default = region in defaults
         for fix in dict.fromkeys(_encryption_problems(res.resource_type, res.props, cmk, ebs_default,
                                                       ebs_default and region in default_keys)):
+            if isinstance(fix, _IfStrict) and not strict_mode:
+                continue
             report_violation(f"'{short(res.urn)}' ({res.resource_type.rsplit(':', 1)[-1]}) stores data unencrypted "
                              f"or with the wrong key; {fix}.", res.urn)
     _root_from_the_ami(view, defaults, report_violation)
