@@ -65,17 +65,15 @@ class CloudProfile:
         """Stopping nodes that would save nothing (schedule, idle_stop)."""
         return []
 
-    def scheduler_problems(self, spec: "ClusterSpec") -> list[str]:
-        return []
-
     # ---- filling in defaults ------------------------------------------------------------------------
     def stopping_saves(self, shape: "Shape") -> bool:
         """Whether a stopped node of this shape stops costing (an idle stop is offered by default only then)."""
         return True
 
-    def slurm_by_default(self, spec: "ClusterSpec") -> bool:
-        """Whether a stack that says nothing gets Slurm."""
-        return True
+    def slurm_os(self, spec: "ClusterSpec") -> str:
+        """The operating system the Slurm boot installs on (components/slurm/oses.py): the head node runs the GPU
+        nodes' image family."""
+        return "ubuntu-24.04"
 
     @property
     def slurm_power_saving(self) -> bool:
@@ -86,8 +84,8 @@ class CloudProfile:
 
         return ops(self.name).instance_start is not None
 
-    def no_slurm_note(self) -> str:
-        """The note when it does not (only asked when slurm_by_default is False)."""
+    def default_scheduler_note(self) -> str:
+        """A note for a stack that leaves `scheduler` to its default ("" for none)."""
         return ""
 
     def filled_network(self, network: "Network") -> "Network":

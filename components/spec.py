@@ -29,6 +29,8 @@ Scheduler = Literal["slurm", "none"]
 
 NAME_TAG = "gpu-cluster:name"
 """The tag naming a resource's cluster: budgets filter cost on it (both clouds)."""
+NODE_TAG = "gpu-cluster:node"
+"""On a GPU node instance: its index in the cluster (Slurm's node name; how power saving finds its instance)."""
 
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s.]+(?:\.[^@\s.]+)+$")
 """local@domain.tld. The domain's labels exclude the dot that separates them, so a hostile address cannot
@@ -343,7 +345,9 @@ class ClusterSpec(_Model):
     image_id: Optional[StrictStr] = Field(
         default=None, min_length=1,
         description="Machine image. Default: the cloud's GPU deep-learning image (AWS DLAMI via SSM; "
-        "Tencent public TencentOS Server 3.1 image plus the GPU driver installer).",
+        "Tencent public TencentOS Server 3.1 image plus the GPU driver installer, and OpenHPC's Slurm). On Tencent "
+        "an own image is taken to be Ubuntu 24.04 with the NVIDIA driver (Ubuntu's Slurm packages; not with "
+        "storage.lustre and Slurm: the CFS Turbo client lists no Ubuntu after 20.04).",
     )
     network: Network = Field(default_factory=Network, description="See network.*.")
     storage: Storage = Field(default_factory=Storage, description="See storage.*.")
@@ -363,8 +367,10 @@ class ClusterSpec(_Model):
     capacity: Capacity = Field(default_factory=Capacity, description="See capacity.*.")
     scheduler: Scheduler = Field(
         default="slurm",
-        description="slurm: a head node runs slurmctld and every GPU node slurmd (the default, except on tencentcloud "
-        "without image_id: the Slurm boot needs Ubuntu 24.04, and there it is none); none: no scheduler.")
+        description="slurm: a head node runs slurmctld and every GPU node slurmd (the default on both clouds; on "
+        "tencentcloud's default image Slurm comes from OpenHPC, with image_id from Ubuntu 24.04); none: no scheduler. "
+        "A Tencent stack deployed before Slurm was its default keeps nodes that never join: set none to keep it as "
+        "it was (docs/clouds.md).")
     tags: dict[StrictStr, StrictStr] = Field(
         default_factory=dict, description="Extra tags on every taggable resource (each cloud's tag rules apply)."
     )
@@ -468,7 +474,6 @@ def _resolve(spec: ClusterSpec, regions: Mapping[str, Optional[str]]) -> Cluster
     problems += _budget_problems(spec, profile)
     problems += profile.storage_problems(spec, lustre)
     problems += profile.stop_problems(spec, shape)
-    problems += profile.scheduler_problems(spec)
     problems += _idle_problems(spec, profile)
     problems += _expected_hours_problems(spec)
 
@@ -614,7 +619,7 @@ def _filled_spec(spec: ClusterSpec, profile: clouds.CloudProfile, shape: Shape, 
                  scratch: str, lustre: Optional[Lustre], snaps: Snapshots, notes: list[str]) -> ClusterSpec:
     """The spec with every default filled in; the defaults chosen here are told in `notes`."""
     idle_stop = spec.idle_stop
-    scheduler = effective_scheduler(spec, profile)
+    scheduler = spec.scheduler
     if ("idle_stop" not in spec.model_fields_set and spec.criticality == "experimental" and stoppable(spec)
             and profile.stopping_saves(shape)):
         if scheduler == "none":
@@ -627,8 +632,8 @@ def _filled_spec(spec: ClusterSpec, profile: clouds.CloudProfile, shape: Shape, 
             notes.append(f"idle_stop: on by default for this experimental on-demand cluster (Slurm power saving "
                          f"stops a node that has had no job for {DEFAULT_IDLE_MINUTES} min); idle_stop: null turns "
                          f"it off")
-    if scheduler != spec.scheduler:
-        notes.append(profile.no_slurm_note())
+    if "scheduler" not in spec.model_fields_set and profile.default_scheduler_note():
+        notes.append(profile.default_scheduler_note())
     network = profile.filled_network(spec.network)
     storage = spec.storage
     return spec.model_copy(update={
@@ -651,16 +656,9 @@ PREPAID_MONTHS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 24, 36, 48, 60)
 """Tencent Cloud prepaid terms (provider doc instance v1.82.42, instance_charge_type_prepaid_period)."""
 
 
-def effective_scheduler(spec: "ClusterSpec", profile: clouds.CloudProfile) -> str:
-    """The scheduler the cluster gets: the stack's, or the cloud's default where the stack says nothing."""
-    if "scheduler" not in spec.model_fields_set and not profile.slurm_by_default(spec):
-        return "none"
-    return spec.scheduler
-
-
 def _idle_problems(spec: "ClusterSpec", profile: clouds.CloudProfile) -> list[str]:
     """What idle means depends on the scheduler: GPU utilisation without one, no job under Slurm."""
-    idle, scheduler = spec.idle_stop, effective_scheduler(spec, profile)
+    idle, scheduler = spec.idle_stop, spec.scheduler
     if scheduler == "none":
         if idle is not None and idle.gpu_util_below_pct is None:
             return ["cluster.idle_stop.gpu_util_below_pct is missing: with scheduler: none a node is idle when its "

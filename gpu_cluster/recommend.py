@@ -596,10 +596,13 @@ def expected_hours(c: Candidate) -> Optional[float]:
 
 def stops_after_the_run(c: Candidate) -> bool:
     """Whether the written stack stops the nodes once the training has ended: on demand, for less than a month,
-    on a cloud where Slurm, which the written stack gets by default there, starts and stops the nodes."""
+    on a cloud where Slurm, which the written stack gets by default, starts and stops the nodes, and on a shape
+    that stops costing when stopped (Tencent keeps charging a stopped instance with local disks)."""
     from components.clouds import profile
 
-    return c.purchase == "on_demand" and c.hours < HOURS_PER_MONTH and profile(c.cloud).slurm_power_saving
+    p = profile(c.cloud)
+    return (c.purchase == "on_demand" and c.hours < HOURS_PER_MONTH and p.slurm_power_saving
+            and p.stopping_saves(c.shape))
 
 
 def stack_document(rec: Recommendation, c: Candidate, emails: tuple[str, ...],

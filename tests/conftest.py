@@ -87,18 +87,13 @@ def render_plan(stack: str, changes: Optional[dict] = None, config: Optional[dic
 
 
 TENCENT_UBUNTU_IMAGE = "img-u2404gpu"
-"""A stand-in for the id of a user's Ubuntu 24.04 GPU image: on Tencent Cloud Slurm needs one (the
-default TencentOS image cannot install Ubuntu's Slurm packages), so Slurm there is tested with it."""
+"""A stand-in for the id of a user's Ubuntu 24.04 GPU image: a Tencent stack's own image_id is one (the Slurm boot
+installs Ubuntu's packages there; on the default TencentOS image, OpenHPC's)."""
 
 
 def slurm_stack_with(stack: str, changes: Optional[dict] = None, config: Optional[dict] = None) -> StackFile:
-    """Sample stack `stack` with Slurm: as it is on AWS; on Tencent Cloud with an Ubuntu image id, and without
-    run windows or idle stop, which Slurm on Tencent Cloud refuses (no Slurm power saving there yet), and
-    without CFS Turbo, whose client does not install on Ubuntu 24.04 (the spec refuses it with Slurm)."""
-    if stack.startswith("tencent"):
-        changes = merge({"image_id": TENCENT_UBUNTU_IMAGE, "scheduler": "slurm", "schedule": None, "idle_stop": None,
-                         "storage": {"lustre": None}}, changes or {})
-    return stack_with(stack, changes, config)
+    """Sample stack `stack` with Slurm (every sample has it: on Tencent Cloud's default image from OpenHPC)."""
+    return stack_with(stack, merge({"scheduler": "slurm"}, changes or {}), config)
 
 
 _SLURM_CACHE: dict[str, Plan] = {}
@@ -180,3 +175,23 @@ def head_node(plan: Plan, type_: str):
     found = [r for r in plan.of_type(type_) if (r.inputs.get("tags") or {}).get(ROLE_TAG) == HEAD_ROLE]
     assert len(found) == 1, f"expected one head node, found {len(found)}"
     return found[0]
+
+
+def slurm_boot_files(plan: Plan, r) -> dict[str, str]:
+    """The files of node `r`'s Slurm boot kept in the boot bucket (components/slurm/bundle.py), which its user data
+    fetches by key (Tencent); {} for a node whose user data carries them itself."""
+    import re as _re
+
+    from components.slurm.bundle import unpack
+
+    m = _re.search(r" (slurm/\S+\.sh) ", boot_document(r))
+    if m is None:
+        return {}
+    (obj,) = [o for o in plan.of_type("tencentcloud:Cos/bucketObject:BucketObject") if o.inputs.get("key") == m.group(1)]
+    return unpack(obj.inputs["content"])
+
+
+def node_files(plan: Plan, r) -> dict[str, str]:
+    """Every file node `r` boots with: its #cloud-config's write_files and its Slurm boot's, by path."""
+    doc = yaml.safe_load(boot_document(r).split("\n", 1)[1]) or {}
+    return {**{f["path"]: f["content"] for f in doc.get("write_files", [])}, **slurm_boot_files(plan, r)}

@@ -204,16 +204,24 @@ def test_cam_ids_are_numbers_as_the_provider_sets_them_and_the_attachment_needs_
     attach = "tencentcloud:Cam/rolePolicyAttachment:RolePolicyAttachment"
     [bad] = contracts.check_resource(attach, "a", {"roleId": "4611686018427387905", "policyId": "tc-lab-policy-1a2b"})
     assert "policyId='tc-lab-policy-1a2b' does not match the documented form [0-9]+" in bad
-    regs = {r.type: r for r in rendered(stack_with("tencent-scheduled")).registrations}
-    role, policy = regs["tencentcloud:Cam/role:Role"], regs["tencentcloud:Cam/policy:Policy"]
-    assert role.id.isdigit() and len(role.id) == 19 and policy.id.isdigit() and len(policy.id) == 9
-    assert regs[attach].inputs == {"roleId": role.id, "policyId": policy.id}
+    regs = rendered(stack_with("tencent-scheduled")).registrations
+    roles = {r.name: r.id for r in regs if r.type == "tencentcloud:Cam/role:Role"}
+    policies = {r.name: r.id for r in regs if r.type == "tencentcloud:Cam/policy:Policy"}
+    assert roles and all(i.isdigit() and len(i) == 19 for i in roles.values())
+    assert all(i.isdigit() and len(i) == 9 for i in policies.values())
+    attachments = [r.inputs for r in regs if r.type == attach]
+    # each policy attached once, to its own role: <cluster>-<who>-role takes <cluster>-<who>[-power]-policy
+    by_id = {i: n for n, i in policies.items()}
+    assert sorted(a["policyId"] for a in attachments) == sorted(policies.values())
+    assert all(by_id[a["policyId"]].startswith(next(n for n, i in roles.items() if i == a["roleId"])[:-len("role")])
+               for a in attachments)
 
 
 def test_ids_the_provider_builds_from_arguments_are_mocked_in_its_form():
     """COS bucket, SCF function and role policy attachment ids are made of their own arguments (each
     Create's d.SetId); the bucket URL names the stack's region, not a fixed one."""
-    stack = stack_with("tencent-scheduled")
+    # without Slurm, whose power saving stops the nodes, the schedule is the cost-controls function's
+    stack = stack_with("tencent-scheduled", {"scheduler": "none", "idle_stop": {"gpu_util_below_pct": 5}})
     regs = {r.type: r for r in rendered(stack).registrations}
     bucket = regs["tencentcloud:Cos/bucket:Bucket"]
     assert bucket.id == bucket.inputs["bucket"] and bucket.id.endswith("-1250000000")

@@ -462,8 +462,17 @@ def test_an_odcr_is_targeted_in_the_placement_group(render_cluster):
 
 # ---- Tencent Cloud -------------------------------------------------------------------------------
 
-def test_tencent_controls_are_one_function_with_timer_triggers(sample_plan):
-    plan = sample_plan("tencent-scheduled")
+TC_NO_SLURM = {"scheduler": "none", "idle_stop": {"gpu_util_below_pct": 5}}
+"""tencent-scheduled without Slurm: the run windows and idle stop are the cost-controls function's (with Slurm, the
+sample's default, they are Slurm power saving's: tests/test_slurm.py)."""
+
+
+def _function_plan() -> Plan:
+    return Plan.from_doc(rendered(stack_with("tencent-scheduled", TC_NO_SLURM)).plan())
+
+
+def test_tencent_controls_are_one_function_with_timer_triggers():
+    plan = _function_plan()
     fn = plan.one(SCF).inputs
     assert (fn["runtime"], fn["handler"]) == ("Python3.9", "index.main")
     assert fn["enablePublicNet"] is True  # no VPC: the API endpoints are on the public network
@@ -498,8 +507,8 @@ def test_tencent_controls_are_one_function_with_timer_triggers(sample_plan):
     assert not contracts.check_resource(SCF, "f", {**fn, "description": "训练集群, 按时启停."})
 
 
-def test_tencent_function_role_may_only_touch_the_cluster_nodes(sample_plan):
-    plan = sample_plan("tencent-scheduled")
+def test_tencent_function_role_may_only_touch_the_cluster_nodes():
+    plan = _function_plan()
     [role] = [r for r in plan.of_type(CAM_ROLE) if r.name.endswith("-cost-controls-role")]
     trust = json.loads(role.inputs["document"])
     assert trust["statement"][0]["principal"] == {"service": ["scf.qcloud.com"]}
@@ -708,12 +717,15 @@ def test_a_budget_stop_below_the_estimate_caps_the_node_spend(render_cluster):
     assert stop["monthly_with"] == pytest.approx(50 + (cost.total - node.monthly), abs=0.01)  # nodes stop at 50 USD
 
 
-def test_tencent_scheduled_hours_come_from_the_function(sample_plan):
-    cost = pricing.price_plan(sample_plan("tencent-scheduled"), load_book(cache=None))
-    [node] = [i for i in cost.items if i.item.startswith("GPU nodes")]
-    assert node.quantity == pytest.approx(66 * 730 / 168, abs=0.01)
+def test_tencent_scheduled_hours_come_from_the_function_or_from_slurm(sample_plan):
+    for plan in (_function_plan(), sample_plan("tencent-scheduled")):  # the function's, then Slurm's (node tags)
+        cost = pricing.price_plan(plan, load_book(cache=None))
+        [node] = [i for i in cost.items if i.item.startswith("GPU nodes")]
+        assert node.quantity == pytest.approx(66 * 730 / 168, abs=0.01)
+        assert [c["control"] for c in cost.controls] == ["schedule", "idle_stop"]
+    assert not sample_plan("tencent-scheduled").of_type(SCF)
     # A plan from elsewhere, which holds no configuration of the function: priced as if running all month.
-    doc = rendered(stack_with("tencent-scheduled")).plan()
+    doc = rendered(stack_with("tencent-scheduled", TC_NO_SLURM)).plan()
     for r in doc["deployment"]["resources"]:
         if r["type"] == "gpu-cluster:tencentcloud:CostControls":
             r["outputs"].pop("config")

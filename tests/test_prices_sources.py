@@ -114,7 +114,8 @@ def test_the_stack_config_key_selects_a_price_file_and_the_report_names_sources(
     assert cost["price_sources"][0].startswith("price file: ")
     assert all(i["origin"] == "price file" and i["source"] and i["as_of"] for i in cost["items"])
     catalog_only = build_report(rendered, plan, prices=None, stack_file=stack_with("tencent-large"))
-    assert {i["item"] for i in catalog_only["monthly_cost"]["unpriced"]} == {"GPU nodes 1 × HCCPNV6.96XLARGE2304"}
+    assert {i["item"] for i in catalog_only["monthly_cost"]["unpriced"]} == {"GPU nodes 1 × HCCPNV6.96XLARGE2304",
+                                                                            "head node 1 × S5.LARGE8"}
 
 
 def test_plan_prices_option_writes_reports_priced_by_the_file(tmp_path):
@@ -122,9 +123,11 @@ def test_plan_prices_option_writes_reports_priced_by_the_file(tmp_path):
     assert cli.main(["plan", "--stack", "tencent-mid", "--prices", str(EXAMPLE), "--out", str(out)]) == 0
     report = json.loads((out / "tencent-mid.report.json").read_text())
     assert report["monthly_cost"]["unpriced"] == []
-    # Two GT4 nodes, their disks, Turbo, the NAT gateway (no head node: the default image runs no Slurm).
+    # Two GT4 nodes, their disks, Turbo, the NAT gateway, and the Slurm head node (S5.LARGE8, its 50 GB system and
+    # 20 GB state disks).
     assert report["monthly_cost"]["total"] == pytest.approx(2 * 80 * 730 + 1.0 * (2 * 200 + 2 * 1000 + 2 * 1000)
-                                                             + 1.2 * 20480 + 0.6 * 730, abs=0.5)
+                                                             + 1.2 * 20480 + 0.6 * 730 + 0.9 * 730 + 1.0 * (50 + 20),
+                                                             abs=0.5)
 
 
 def test_a_missing_price_file_is_bad_input(tmp_path):

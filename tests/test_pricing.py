@@ -148,23 +148,25 @@ def test_aws_sample_stacks_price_as_computed_by_hand(sample_plan, stack):
 # Kong), not its CU fee (by use).
 HEAD_DISKS = HSSD * (50 + 20) * USD_CNY
 NAT_STANDARD = 0.034 * 730
-TC_TOTALS = {
-    "tencent-entry": (GN7 * 730 + HSSD * (100 + 200) + NAT_STANDARD) * USD_CNY,
-    "tencent-mid": (HSSD * (2 * 200 + 2 * 1000 + 2 * 1000) + NAT_STANDARD) * USD_CNY + 20480 * CFS_TP,
-    "tencent-large": (HSSD * (2 * 500 + 2 * 2000) + NAT_STANDARD) * USD_CNY + 40960 * CFS_TB,
+TC_TOTALS = {  # every Tencent sample has a Slurm head node (its disks priced, its Standard S5 not)
+    "tencent-entry": (GN7 * 730 + HSSD * (100 + 200) + NAT_STANDARD) * USD_CNY + HEAD_DISKS,
+    "tencent-mid": (HSSD * (2 * 200 + 2 * 1000 + 2 * 1000) + NAT_STANDARD) * USD_CNY + 20480 * CFS_TP + HEAD_DISKS,
+    "tencent-large": (HSSD * (2 * 500 + 2 * 2000) + NAT_STANDARD) * USD_CNY + 40960 * CFS_TB + HEAD_DISKS,
 }
 TC_UNPRICED = {
-    "tencent-entry": [],
-    "tencent-mid": ["GPU nodes 1 × GT4.20XLARGE474"] * 2,
-    "tencent-large": ["GPU nodes 1 × HCCPNV6.96XLARGE2304"] * 2,
+    "tencent-entry": ["head node 1 × S5.LARGE8"],
+    "tencent-mid": ["GPU nodes 1 × GT4.20XLARGE474"] * 2 + ["head node 1 × S5.LARGE8"],
+    "tencent-large": ["GPU nodes 1 × HCCPNV6.96XLARGE2304"] * 2 + ["head node 1 × S5.LARGE8"],
 }
 
 
-def test_tencent_slurm_head_node_prices_its_disks_and_leaves_its_shape_unpriced(sample_plan, slurm_plan):
+def test_tencent_slurm_head_node_prices_its_disks_and_leaves_its_shape_unpriced(sample_plan, render_cluster):
     """The head node's 50 GB system and 20 GB state disks are priced; Standard S5 has no public price."""
-    without, with_head = price_plan(sample_plan("tencent-entry")), price_plan(slurm_plan("tencent-entry"))
+    without = price_plan(render_cluster("tencent-entry", {"scheduler": "none"}))
+    with_head = price_plan(sample_plan("tencent-entry"))
     assert with_head.total - without.total == pytest.approx(HEAD_DISKS, abs=0.5)
-    assert sorted(i.item for i in with_head.unpriced) == sorted(TC_UNPRICED["tencent-entry"] + ["head node 1 × S5.LARGE8"])
+    assert sorted(i.item for i in with_head.unpriced) == ["head node 1 × S5.LARGE8"]
+    assert not without.unpriced
 
 
 @pytest.mark.parametrize("stack", sorted(TC_TOTALS))

@@ -245,9 +245,10 @@ def test_exchange_rate_override_is_named_and_used(capsys):
 
 def test_a_price_file_prices_what_the_catalog_cannot(tmp_path, capsys):
     """With negotiated H20 and HCC disk prices, Tencent's large tier can be judged. Priced as `plan` prices the
-    stack it writes (head node, CFS Turbo, disks, NAT), and for the whole month (nothing stops Tencent nodes
-    after the run: no Slurm power saving there), 19 nodes at 28 CNY an hour are over the 100,000 CNY budget,
-    and the row says so instead of "no price"."""
+    stack it writes (head node, CFS Turbo, disks, NAT), and for the run's hours and the idle hour after it (Slurm
+    power saving stops the nodes then, on Tencent Cloud too), 19 nodes at 28 CNY an hour fit the 100,000 CNY
+    budget, and the row says so instead of "no price"."""
+    import math
     prices = tmp_path / "prices.yaml"
     prices.write_text(yaml.safe_dump({"price_file": {
         "name": "test quote", "as_of": "2026-12-01", "source": "a test figure, not a real quote",
@@ -260,8 +261,8 @@ def test_a_price_file_prices_what_the_catalog_cannot(tmp_path, capsys):
     h20 = next(c for c in out["candidates"] if c["shape"] == "HCCPNV6.96XLARGE2304")
     node_lines = [i for i in h20["items"] if i["item"].startswith("GPU nodes")]
     assert {i["unit_price"] for i in node_lines} == {28.0}
-    assert sum(i["quantity"] for i in node_lines) == h20["nodes"] * 730  # the whole month: nothing stops them
-    assert h20["monthly_cost"] > 100000 and h20["failed"] == ["budget"]
+    assert sum(i["quantity"] for i in node_lines) == h20["nodes"] * math.ceil(h20["hours"] + 1)
+    assert h20["monthly_cost"] < 100000 and h20["failed"] == []
     assert any(s.startswith(f"price file: {prices}") for s in out["price_sources"])
 
 
@@ -341,7 +342,7 @@ def test_the_top_pick_is_priced_item_by_item_as_plan_prices_the_stack_it_writes(
 def _candidate(shape: str, nodes: int, hours: float, run: float, **kw):
     from gpu_cluster.recommend import Candidate
 
-    s = catalog.shape("aws", shape)
+    s = catalog.shape(kw.get("cloud", "aws"), shape)
     args = dict(cloud="aws", tier="large", shape=s, region="us-east-1", zone="us-east-1a", nodes=nodes,
                 purchase="on_demand", gpus=nodes * s.gpu_count, need_gib=10.0, have_gib=70.0, hours=hours,
                 cost_currency="USD", node_month=1.0, fixed_month=0.0, run_cost=run, monthly_cost=run,
@@ -409,8 +410,8 @@ def test_write_stack_needs_an_address_and_never_writes_a_placeholder(tmp_path, c
 
 def test_an_on_demand_pick_for_less_than_a_month_is_written_with_slurms_idle_stop():
     """The quote counts the run's hours; the written stack carries what makes that true where Slurm powers the
-    nodes: idle_stop (Slurm power saving stops a node an hour after its last job). Not for spot, blocks, a whole
-    month, or Tencent Cloud (no Slurm power saving there)."""
+    nodes: idle_stop (Slurm power saving stops a node an hour after its last job), on either cloud. Not for spot,
+    blocks, a whole month, or a Tencent shape with local NVMe (stopped, it keeps charging)."""
     from gpu_cluster.recommend import IDLE_AFTER_RUN_MINUTES, candidate_document, stops_after_the_run
 
     w = load(EXAMPLES / "startup-7b.yaml")
@@ -422,5 +423,7 @@ def test_an_on_demand_pick_for_less_than_a_month_is_written_with_slurms_idle_sto
     assert doc["config"]["gpu-cluster:cluster"]["idle_stop"] == {"for_minutes": IDLE_AFTER_RUN_MINUTES}
     spot = _candidate("g5.xlarge", 1, 10, 5.0, purchase="spot")
     month = _candidate("p5.48xlarge", 2, 900, 99.0)
-    tencent = _candidate("p5.48xlarge", 2, 10, 5.0, cloud="tencentcloud")
-    assert not any(stops_after_the_run(c) for c in (spot, month, tencent))
+    nvme = _candidate("HCCPNV4h.48XLARGE1024", 2, 10, 5.0, cloud="tencentcloud")
+    assert catalog.shape("tencentcloud", "HCCPNV4h.48XLARGE1024").has_nvme
+    assert not any(stops_after_the_run(c) for c in (spot, month, nvme))
+    assert stops_after_the_run(_candidate("HCCPNV6.96XLARGE2304", 2, 10, 5.0, cloud="tencentcloud"))

@@ -95,8 +95,9 @@ def test_a_new_tencent_schedule_names_what_its_package_changes(sample_plan):
     """The schedule travels in the function's code package: the review says which part changed."""
     from conftest import render_plan
 
-    head = render_plan("tencent-scheduled", {"schedule": {"windows": ["Mon-Fri 08:00-20:00"]}})
-    review = review_stack("tencent-scheduled", sample_plan("tencent-scheduled"), head)
+    no_slurm = {"scheduler": "none", "idle_stop": {"gpu_util_below_pct": 5}}  # the windows are the function's
+    head = render_plan("tencent-scheduled", {**no_slurm, "schedule": {"windows": ["Mon-Fri 08:00-20:00"]}})
+    review = review_stack("tencent-scheduled", render_plan("tencent-scheduled", no_slurm), head)
     [function] = [c for c in review.changes if c.type == "tencentcloud:Scf/function:Function"]
     assert function.action == "change" and "zipFile (config.json events)" in function.keys
     assert review.cost_after.total != review.cost_before.total  # fewer hours a week
@@ -144,6 +145,12 @@ def test_make_review_against_a_base_ref(tmp_path):
     from conftest import render_plan
 
     clone, run = _clone_with_this_code(tmp_path)
+    # tc-lab without Slurm on both sides: its run windows are then the cost-controls function's (with Slurm, the
+    # samples' default, power saving's, and no function is deployed).
+    lab = clone / "stacks" / "Pulumi.tencent-scheduled.yaml"
+    lab.write_text(lab.read_text().replace("    idle_stop:\n", "    scheduler: none\n    idle_stop:\n"
+                                           "      gpu_util_below_pct: 5\n", 1))
+    run("git", "-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-qam", "tc-lab without Slurm")
     stack = clone / "stacks" / "Pulumi.tencent-entry.yaml"
     assert "data_disk_gb: 200" in stack.read_text()
     stack.write_text(stack.read_text().replace("data_disk_gb: 200", "data_disk_gb: 400"))
@@ -151,7 +158,7 @@ def test_make_review_against_a_base_ref(tmp_path):
     handler = clone / "components" / "tencentcloud" / "scf_cost_controls.py"
     handler.write_text(handler.read_text() + "# a comment: new code, the same schedule\n")
     run("git", "-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-qam", "grow the data disk")
-    # The two stacks named out of their sample order; every Tencent stack carries the cost-controls package.
+    # The two stacks named out of their sample order; tc-lab carries the cost-controls package.
     only = [a for s in ("tencent-scheduled", "tencent-entry") for a in ("--stack", s)]
     result = subprocess.run([sys.executable, "-m", "gpu_cluster", "review", "--base", "HEAD~1", *only, "--out",
                              str(tmp_path / "review.md")], cwd=clone, capture_output=True, text=True, timeout=300)
@@ -159,12 +166,11 @@ def test_make_review_against_a_base_ref(tmp_path):
     md = (tmp_path / "review.md").read_text()
     changes = [line for line in md.splitlines() if line.startswith("| change |")]
     assert changes == [
-        "| change | `tencentcloud:Scf/function:Function` | `tc-entry-cost-controls` | zipFile (code only) |",
         "| change | `tencentcloud:Cbs/storage:Storage` | `tc-entry-data-0` | storageSize |",
         "| change | `tencentcloud:Scf/function:Function` | `tc-lab-cost-controls` | zipFile (code only) |",
     ], "the disk and the code package, nothing else: both sides render alike in their own processes"
     row = next(line for line in md.splitlines() if line.startswith("| `tencent-entry` |"))
-    assert row.startswith("| `tencent-entry` | 0 | 2 | 0 | 0 |"), row
+    assert row.startswith("| `tencent-entry` | 0 | 1 | 0 | 0 |"), row
     here = review_stack("tencent-entry", render_plan("tencent-entry"),
                         render_plan("tencent-entry", {"storage": {"data_disk_gb": 400}}))
     assert f"(+{here.cost_after.total - here.cost_before.total:,.2f} CNY)" in row, "priced as in this process"
@@ -208,7 +214,8 @@ def test_deleting_a_protected_tencent_node_is_refused_until_criticality_lifts_it
     assert "`pulumi up` would fail here" in md and "`tc-large-node-1`: " in md
     # The remedy the warning names: criticality: standard turns protection off in place, refusing nothing ...
     lifted = render_plan("tencent-large", {"criticality": "standard"})
-    first = {c.name: c for c in diff_plans(critical, lifted) if c.type == "tencentcloud:Instance/instance:Instance"}
+    first = {c.name: c for c in diff_plans(critical, lifted)
+             if c.type == "tencentcloud:Instance/instance:Instance" and "-node-" in c.name}
     assert set(first) == {"tc-large-node-0", "tc-large-node-1"}
     assert {(c.action, c.refused, "disableApiTermination" in c.keys) for c in first.values()} == {("change", "", True)}
     # ... after which the smaller cluster goes through.
@@ -381,7 +388,8 @@ def test_a_base_from_before_the_config_was_in_the_plan_is_read_from_its_own_pack
     from conftest import render_plan
     from gpu_cluster.bills.tencentcloud import COST_CONTROLS, cost_controls_config
 
-    plan = render_plan("tencent-scheduled")  # its own copy: this test changes it
+    # its own copy, which this test changes; without Slurm, so that the function keeps the windows
+    plan = render_plan("tencent-scheduled", {"scheduler": "none", "idle_stop": {"gpu_util_below_pct": 5}})
     [component] = [r for r in plan.resources if r.type == COST_CONTROLS]
     config = component.outputs.pop("config")
     function = plan.one("tencentcloud:Scf/function:Function")

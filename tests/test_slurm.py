@@ -21,6 +21,7 @@ from components.slurm import (SlurmCluster, all_scripts, cgroup_conf, fabric, fr
                               node_boot_parts, slurm_conf, with_slurm)
 from components.slurm import power, scripts
 from components.slurm.conf import Paths, hostlist
+from components.slurm.oses import SLURM_RELEASE
 from components.slurm.fabric import fabrics, sources
 from components.spec import load_spec
 from gpu_cluster.render import read_stack_file, stack_path
@@ -85,7 +86,11 @@ def test_every_sample_stack_renders_a_head_node_and_slurm(stack):
     doc = load_yaml(render(head_boot_config(c, lustre=LustreMount(source="fs@tcp:/m", client_script="#!/bin/bash\n") if c.lustre else None,
                                                  data_disk=DISK)))
     assert doc["hostname"] == f"{c.name}-head"
-    assert {"slurmctld", "munge"} <= set(doc["packages"])
+    # Ubuntu's packages from cloud-init; on TencentOS, OpenHPC's from a boot step (components/slurm/oses.py)
+    wanted = {"slurmctld", "munge"} if c.os == "ubuntu-24.04" else {f"slurm-slurmctld-ohpc-{SLURM_RELEASE}", "munge"}
+    installed = set(doc.get("packages", [])) | {w for f in doc["write_files"] if f["path"].endswith("-slurm-packages")
+                                                for w in f["content"].split()}
+    assert wanted <= installed
     paths = {f["path"] for f in doc["write_files"]}
     assert {"/etc/slurm/slurm.conf", "/etc/slurm/gres.conf", "/etc/slurm/cgroup.conf"} <= paths
     started = [c[-1] for c in doc["runcmd"] if c[:3] == ["systemctl", "enable", "--now"]]
@@ -128,9 +133,9 @@ def test_slurm_power_saving_is_configured_where_slurm_powers_the_nodes():
     assert idle.rstrip().endswith("State=UP SuspendTime=3600")
     always = slurm_conf(cluster())
     assert always.rstrip().endswith("State=UP SuspendTime=INFINITE") and keys(always)["SuspendTime"] != "INFINITE"
-    tencent = slurm_conf(dataclasses.replace(cluster(), cloud="tencentcloud",
+    tencent = slurm_conf(dataclasses.replace(cluster(suspend_after_s=3600), cloud="tencentcloud",
                                              shape=catalog.shape("tencentcloud", "HCCPNV6.96XLARGE2304")))
-    assert "ResumeProgram" not in tencent and "SuspendTime" not in tencent and "idle_on_node_suspend" not in tencent
+    assert keys(tencent) == keys(idle)  # the same power saving on Tencent Cloud
 
 
 @pytest.mark.parametrize("stack", SAMPLES)
@@ -467,7 +472,7 @@ def test_a_node_that_still_fails_has_its_jobs_requeued_is_rebooted_once_then_rep
     assert "systemctl reboot" not in calls and "power_down" not in ctl and "left drained" in r.stderr, "a spot node"
     tencent = scripts.health_recheck_script(dataclasses.replace(c, cloud="tencentcloud", shape=catalog.shape(
         "tencentcloud", "HCCPNV6.96XLARGE2304"))).replace(f"BIN='{c.paths.bin}'", f"BIN='{root}/bin'")
-    assert "POWER_SAVING='0'" in tencent
+    assert "POWER_SAVING='1'" in tencent  # Slurm powers Tencent nodes too: the same replacement
     r, calls, ctl = recheck("IDLE+DRAIN")
     assert "systemctl reboot" not in calls and f"update nodename={c.node_name(1)} state=power_down_force" in ctl
     assert replace.exists() and "powering" in r.stdout
@@ -840,9 +845,48 @@ def test_the_power_programs_queue_requests_that_the_root_agent_carries_out(tmp_p
     (st / "describe-fails").unlink()
     _run(agent, power.agent_script(c, max_polls=1), env)
     assert not list(spool.iterdir())
-    with pytest.raises(ValueError, match="no power saving commands for tencentcloud"):
-        power.agent_script(dataclasses.replace(c, cloud="tencentcloud", shape=catalog.shape(
-            "tencentcloud", "HCCPNV6.96XLARGE2304")))
+
+
+def test_the_agent_starts_and_stops_tencent_nodes_with_tccli(tmp_path):
+    """On Tencent Cloud power-agent finds the nodes with DescribeInstances (the cluster's name tag, the node tag, the
+    states that can start or stop), starts them with StartInstances and stops them with StopInstances in the mode
+    that stops the charging (tccli, the instance role's keys), and reconciles a RUNNING node Slurm counts as down."""
+    from components.slurm.clouds import TCCLI
+
+    c = cluster(nodes=3, cloud="tencentcloud", region="ap-shanghai", shape=catalog.shape("tencentcloud", "GT4.20XLARGE474"),
+                paths=Paths().rooted(str(tmp_path / "node")))
+    env, st = _power_env(tmp_path, "")
+    tccli = tmp_path / "stub-bin/tccli"
+    tccli.write_text('#!/bin/bash\nprintf "%s\\n" "$*" >> "$STUB_STATE/tccli.log"\n'
+                     'case "$1 $2" in\n  "cvm DescribeInstances") cat "$STUB_STATE/tencent-instances" ;;\n'
+                     '  "cvm StartInstances"|"cvm StopInstances") a=("$@"); for i in "${!a[@]}"; do\n'
+                     '    if [ "${a[$i]}" = --InstanceIds ]; then echo "$2 ${a[$((i + 1))]}" >> "$STUB_STATE/cvm.log"; fi; done ;;\n'
+                     '  *) exit 2 ;;\nesac\n')
+    tccli.chmod(0o755)
+    write_state(st, **{"tencent-instances": "0\tins-000\tSTOPPED\n1\tins-111\tRUNNING\n2\tins-222\tSTOPPED\n"})
+    write_state(st, nodes=["NodeName=llm-node-1 Arch=x86_64 State=IDLE+POWERED_DOWN ThreadsPerCore=1"])
+    spool = Path(c.paths.power_spool)
+    spool.mkdir(parents=True)
+    agent = power.agent_script(c, max_polls=1, reconcile_polls=1, reconcile_grace_s=0).replace(TCCLI, str(tccli))
+    assert TCCLI in power.agent_script(c)
+    _run(tmp_path / "slurm-resume", power.request_script(c, "resume"), env, "llm-node-[0-0]")
+    _run(tmp_path / "slurm-suspend", power.request_script(c, "suspend"), env, "llm-node-[2-2]")
+    _run(tmp_path / "power-agent", agent, env)  # (node 1 seen powered down and RUNNING: stopped at the next look)
+    r = _run(tmp_path / "power-agent", agent, env)
+    assert r.returncode == 0 and not list(spool.iterdir()), r.stderr
+    calls = (st / "tccli.log").read_text().splitlines()
+    describe = [line for line in calls if line.startswith("cvm DescribeInstances")]
+    assert describe and all("--region ap-shanghai --use-cvm-role" in line for line in calls)
+    filters = json.loads(describe[0].split("--Filters ", 1)[1].split(" --Limit", 1)[0])
+    assert filters == [{"Name": "tag:gpu-cluster:name", "Values": ["llm"]},
+                       {"Name": "tag-key", "Values": ["gpu-cluster:node"]},
+                       {"Name": "instance-state", "Values": ["PENDING", "RUNNING", "STARTING", "STOPPING", "STOPPED",
+                                                             "REBOOTING"]}]
+    stops = [line for line in calls if line.startswith("cvm StopInstances")]
+    assert all("--StopType SOFT_FIRST --StoppedMode STOP_CHARGING" in line for line in stops) and stops
+    # node 0 started, node 2 stopped, and node 1 (Slurm: powered down; the cloud: RUNNING) reconciled
+    assert (st / "cvm.log").read_text().splitlines() == [
+        'StartInstances ["ins-000"]', 'StopInstances ["ins-222"]', 'StopInstances ["ins-111"]']
 
 
 def test_the_agent_stops_the_running_instance_of_a_node_slurm_counts_as_powered_down(tmp_path):
@@ -859,9 +903,24 @@ def test_the_agent_stops_the_running_instance_of_a_node_slurm_counts_as_powered_
     agent = tmp_path / "power-agent"
     r = _run(agent, power.agent_script(c, max_polls=1), env)
     assert r.returncode == 0 and not (st / "ec2.log").exists(), "not before RECONCILE_POLLS polls"
+    # Seen once: not yet (a new node is powered down in Slurm until its first boot ends and slurmd registers) ...
     r = _run(agent, power.agent_script(c, max_polls=1, reconcile_polls=1), env)
+    seen = Path(f"{c.paths.power_spool}-seen")
+    assert r.returncode == 0 and not (st / "ec2.log").exists() and sorted(p.name for p in seen.iterdir()) == [
+        "llm-node-0"], r.stderr
+    # ... nor while the grace (ResumeTimeout) runs ...
+    r = _run(agent, power.agent_script(c, max_polls=1, reconcile_polls=1), env)
+    assert not (st / "ec2.log").exists() and power.RECONCILE_GRACE_S == 1800
+    # ... and a node that registers in the meantime starts over.
+    write_state(st, nodes=["NodeName=llm-node-0 Arch=x86_64 State=IDLE ThreadsPerCore=1"])
+    _run(agent, power.agent_script(c, max_polls=1, reconcile_polls=1, reconcile_grace_s=0), env)
+    assert not (st / "ec2.log").exists() and not list(seen.iterdir())
+    write_state(st, nodes=["NodeName=llm-node-0 Arch=x86_64 State=IDLE+POWERED_DOWN ThreadsPerCore=1"])
+    _run(agent, power.agent_script(c, max_polls=1, reconcile_polls=1, reconcile_grace_s=0), env)
+    r = _run(agent, power.agent_script(c, max_polls=1, reconcile_polls=1, reconcile_grace_s=0), env)
     assert r.returncode == 0 and (st / "ec2.log").read_text() == "stop i-000\n", r.stderr
     assert "reconciled llm-node-0: Slurm counts it powered down but i-000 was running" in r.stderr
+    assert not list(seen.iterdir())
 
 
 def test_the_window_timer_closes_the_partition_and_powers_nodes_down_outside_and_opens_it_inside(tmp_path):

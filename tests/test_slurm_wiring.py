@@ -14,7 +14,9 @@ import pytest
 from components.cloudinit import USER_DATA_LIMIT, decode, encode, size_problem
 from components.headnode import HEAD_INSTANCE_TYPES, HEAD_HOST_OFFSET, head_address
 from components.slurm.conf import SLURMCTLD_PORT
-from conftest import BOOT_USER_DATA, boot_document, gpu_nodes, head_node, load_yaml, render_plan, slurm_rendered, slurm_stack_with
+from components.slurm.oses import EL8_OPENHPC, SLURM_RELEASE
+from conftest import (BOOT_USER_DATA, TENCENT_UBUNTU_IMAGE, boot_document, gpu_nodes, head_node, load_yaml, node_files,
+                      render_plan, slurm_rendered, slurm_stack_with)
 from conftest import stack_with as stack_with_cluster
 from gpu_cluster.plan import Plan
 from policy_fixtures import judged_violations
@@ -48,11 +50,22 @@ def node_documents(plan: Plan, stack: str) -> list[str]:
     return [boot_document(n) for n in sorted(gpu_nodes(plan, TC_INSTANCE), key=lambda r: r.name)]
 
 
+def node_file_sets(plan: Plan, stack: str) -> list[dict[str, str]]:
+    """Every file each GPU node boots with, in node_documents' order: a Tencent node's Slurm files come from its
+    Slurm boot in the boot bucket (components/slurm/bundle.py)."""
+    if cloud(stack) == "aws":
+        return [files(boot_document(plan.one(LT)))]
+    return [node_files(plan, n) for n in sorted(gpu_nodes(plan, TC_INSTANCE), key=lambda r: r.name)]
+
+
 # ---- the munge key is in no plan ----------------------------------------------------------------------
 
 KEYLIKE = re.compile(r"[A-Za-z0-9+/]{44,}={0,2}")
 """A munge key is 32-1024 random bytes (components/slurm/scripts.py), so any copy of one in base64 is a
 run of at least 44 base64 characters."""
+SHA256 = re.compile(r"[0-9a-f]{64}")
+"""A SHA-256 in hex (the hash a Tencent node's user data pins of its Slurm boot: components/slurm/bundle.py), which
+is no key: 64 of the 16 lowercase hex digits only."""
 
 
 def _strings(value: Any) -> Iterator[str]:
@@ -78,7 +91,7 @@ def keylike(doc: dict) -> set[str]:
             decoded = None
         if decoded is not None and decoded.startswith("#cloud-config"):
             text = decoded
-        found |= set(KEYLIKE.findall(text))
+        found |= {k for k in KEYLIKE.findall(text) if not SHA256.fullmatch(k)}
     return found
 
 
@@ -95,8 +108,8 @@ def test_every_sample_stack_has_one_head_node_and_a_munge_secret_with_no_value(s
     assert not plan.of_type(*SECRET_VALUES), "the key is made on the head node, never by the stack"
     assert keylike(doc) == set()
     # Every boot script names the secret and reads it at boot; none carries a value.
-    scripts = [content for d in [boot_document(head), *node_documents(plan, stack)]
-               for p, content in files(d).items() if p.endswith("/munge-key")]
+    scripts = [content for f in [files(boot_document(head)), *node_file_sets(plan, stack)]
+               for p, content in f.items() if p.endswith("/munge-key")]
     assert len(scripts) == 1 + len(node_documents(plan, stack))
     assert all(f"SECRET_ID='{name}-munge-key'\n" in s for s in scripts)
 
@@ -142,15 +155,17 @@ def test_every_gpu_node_boots_configless_slurmd_pointed_at_the_head_node(stack, 
     address = plan.stack.outputs["head_address"]
     head = head_node(plan, instance_type(stack))
     assert head.inputs["privateIp"] == address
-    for i, document in enumerate(node_documents(plan, stack)):
-        node_files = files(document)
-        assert f"CONF_SERVER='{address}:{SLURMCTLD_PORT}'\n" in node_files["/opt/gpu-cluster/bin/node-setup"]
-        identity = node_files["/opt/gpu-cluster/bin/node-identity"]
+    for i, (document, own) in enumerate(zip(node_documents(plan, stack), node_file_sets(plan, stack))):
+        assert f"CONF_SERVER='{address}:{SLURMCTLD_PORT}'\n" in own["/opt/gpu-cluster/bin/node-setup"]
+        identity = own["/opt/gpu-cluster/bin/node-identity"]
         if cloud(stack) == "aws":  # one document for all nodes: the index comes from the instance's tag
             assert "NODE_INDEX=''\n" in identity and "INDEX_PATH='tags/instance/gpu-cluster:node'\n" in identity
-        else:  # each node its own document
+            assert "slurmd" in load_yaml(document)["packages"]
+        else:  # each node its own document; on TencentOS slurmd comes from OpenHPC, pinned to one release
             assert f"NODE_INDEX='{i}'\n" in identity
-        assert "slurmd" in load_yaml(document)["packages"]
+            install = own["/usr/local/sbin/gpu-cluster-slurm-packages"]
+            assert f"slurm-slurmd-ohpc-{SLURM_RELEASE} " in install and "slurm-slurmd-ohpc" not in str(
+                load_yaml(document).get("packages"))
     # The GPU nodes are created after the head node, so none can take its address first.
     for node in gpu_nodes(plan, instance_type(stack)):
         assert head.urn in node.dependencies
@@ -293,7 +308,12 @@ def test_tencent_nodes_may_only_read_the_secret_through_their_instance_role(slur
         statements = policies[f"tc-large-{who}"]["statement"]
         ssm = [s for s in statements if any(a.startswith("name/ssm:") for a in s["action"])]
         assert [(s["action"], s["resource"]) for s in ssm] == [(actions, [resource])]
-        assert [s["action"] for s in statements if s not in ssm] == [["name/monitor:PutMonitorData"]]
+        rest = [(s["action"], s["resource"]) for s in statements if s not in ssm]
+        if who == "node":  # and its own Slurm boot, in the boot bucket
+            assert rest == [(["name/monitor:PutMonitorData"], ["*"]),
+                            (["name/cos:GetObject"], ["qcs::cos:ap-shanghai:uid/1250000000:tc-large-boot-1250000000/slurm/*"])]
+        else:  # and Slurm power saving: this cluster's instances only
+            assert rest[0] == (["name/monitor:PutMonitorData"], ["*"])
     assert {n.inputs["camRoleName"] for n in gpu_nodes(plan, TC_INSTANCE)} == {"tc-large-node"}
     assert head_node(plan, TC_INSTANCE).inputs["camRoleName"] == "tc-large-head"
 
@@ -348,59 +368,83 @@ def test_the_notes_say_what_slurm_adds_and_cannot_do(stack, slurm_plan):
 
 
 def test_an_own_tencent_image_is_told_what_the_boot_no_longer_installs_for_it():
-    """Slurm on Tencent needs image_id (Ubuntu): the boot then installs no Fabric Manager (said in a note),
-    and CFS Turbo is refused with Slurm, since its client does not install on Ubuntu 24.04; an own image
-    without Slurm keeps the file system, with a note that the Turbo client may not support its kernel."""
+    """An own Tencent image (Ubuntu 24.04): the boot then installs no Fabric Manager (said in a note), and CFS Turbo
+    is refused with Slurm, since its client does not install on Ubuntu 24.04; an own image without Slurm keeps the
+    file system, with a note that the Turbo client may not support its kernel."""
     from components.spec import SpecError
     from conftest import stack_with
     from gpu_cluster.render import validate
 
-    notes = validate(slurm_stack_with("tencent-large")).notes
+    ubuntu = {"image_id": TENCENT_UBUNTU_IMAGE, "storage": {"lustre": None}}
+    notes = validate(slurm_stack_with("tencent-large", ubuntu)).notes
     own = [n for n in notes if n.startswith("image_id=")]
     assert any("HCCPNV6.96XLARGE2304 has NVSwitch" in n and "nvidia-fabricmanager" in n for n in own)
     assert not any(n.startswith("image: the newest public TencentOS") for n in notes)
     with pytest.raises(SpecError) as refused:
-        validate(slurm_stack_with("tencent-large", {"storage": {"lustre": {"capacity_gib": 40960}}}))
-    assert "cluster.storage.lustre with scheduler: slurm on tencentcloud" in str(refused.value)
-    assert "allowed: storage.lustre: null with Slurm, or scheduler: none" in str(refused.value)
+        validate(slurm_stack_with("tencent-large", {"image_id": TENCENT_UBUNTU_IMAGE}))
+    assert f"cluster.storage.lustre with scheduler: slurm and cluster.image_id={TENCENT_UBUNTU_IMAGE}" in str(refused.value)
+    assert "allowed: image_id: null (TencentOS, with OpenHPC's Slurm), storage.lustre: null with Slurm, or scheduler: none" \
+        in str(refused.value)
     plain = validate(stack_with("tencent-large", {"image_id": "img-u2404gpu", "scheduler": "none"})).notes
     assert any("/lustre needs Tencent's CFS Turbo client" in n and "gpu-cluster-lustre-client says why" in n
                for n in plain)
     # No file system and no NVSwitch: nothing to say.
-    assert not [n for n in validate(slurm_stack_with("tencent-entry")).notes if n.startswith("image_id=")]
+    assert not [n for n in validate(slurm_stack_with("tencent-entry", {"image_id": TENCENT_UBUNTU_IMAGE})).notes
+                if n.startswith("image_id=")]
 
 
 # ---- scheduler: none ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("stack", [s for s in SAMPLE_STACKS if s.startswith("tencent")])
-def test_tencent_samples_on_the_default_image_have_no_scheduler_and_say_why(stack, sample_plan):
-    """TencentOS Server 3.1 cannot install Ubuntu's Slurm packages: without image_id the default is
-    scheduler: none, said in the notes, and no head node is rendered."""
-    from gpu_cluster.render import read_stack_file, stack_path, validate
-
+def test_tencent_samples_on_the_default_image_run_slurm_from_openhpc(stack, sample_plan):
+    """TencentOS Server 3.1 gets Slurm from OpenHPC 2 (components/slurm/oses.py): every sample has a head node and
+    a munge secret, and head and nodes install the same pinned release from repositories whose keys they check."""
     plan = sample_plan(stack)
-    assert [r.name for r in plan.of_type(TC_INSTANCE)] == [r.name for r in gpu_nodes(plan, TC_INSTANCE)]
-    assert not plan.of_type(TC_SECRET)
-    notes = validate(read_stack_file(stack_path(stack))).notes
-    assert any(n.startswith("scheduler: none by default on tencentcloud's default image") and "Ubuntu 24.04" in n
-               for n in notes)
+    head = head_node(plan, TC_INSTANCE)
+    assert plan.of_type(TC_SECRET) and head.name.endswith("-head")
+    head_install = files(boot_document(head))["/usr/local/sbin/gpu-cluster-slurm-packages"]
+    assert f"slurm-slurmctld-ohpc-{SLURM_RELEASE} " in head_install
+    for own in node_file_sets(plan, stack):
+        install = own["/usr/local/sbin/gpu-cluster-slurm-packages"]
+        assert f"slurm-slurmd-ohpc-{SLURM_RELEASE} " in install
+        for key in EL8_OPENHPC.keys:
+            assert f"trust_key {key.fingerprint} {key.path} {' '.join(key.urls)}\n" in install
+        assert "includepkgs=libjwt*" in install and "gpgcheck=1" in install and "gpgcheck=0" not in install
+        assert own["/etc/systemd/system/slurmd.service.d/gpu-cluster.conf"]
 
 
-def test_slurm_asked_for_on_tencents_default_image_is_refused_in_one_sentence():
-    from components.spec import SpecError
-    from gpu_cluster.render import validate
+def test_the_slurm_package_step_refuses_a_key_with_another_fingerprint(tmp_path):
+    """trust_key keeps a downloaded signing key only when its fingerprint is the pinned one."""
+    import subprocess
 
-    with pytest.raises(SpecError) as e:
-        validate(stack_with_cluster("tencent-entry", {"scheduler": "slurm"}))
-    (problem,) = e.value.problems
-    assert problem.startswith("cluster.scheduler='slurm' on tencentcloud needs cluster.image_id")
-    assert "python3-venv" in problem and "allowed: image_id" in problem and "scheduler: none" in problem
+    from components.slurm.oses import _INSTALL_SH
+
+    home = {"GNUPGHOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    made = subprocess.run(["gpg", "--batch", "--quiet", "--passphrase", "", "--quick-gen-key", "t@example.invalid",
+                           "default", "default", "never"], env=home, capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    key = tmp_path / "key.asc"
+    key.write_text(subprocess.run(["gpg", "--armor", "--export"], env=home, capture_output=True, text=True,
+                                  check=True).stdout)
+    listing = subprocess.run(["gpg", "--with-colons", "--show-keys", str(key)], env=home, capture_output=True,
+                             text=True, check=True).stdout
+    fpr = next(line.split(":")[9] for line in listing.splitlines() if line.startswith("fpr:"))
+    function = _INSTALL_SH.split("{keys}", 1)[0]
+    script = ('set -euo pipefail\nNAME=t\nfail() { echo "$NAME: $*" >&2; exit 1; }\n'
+              'rpm() { echo imported "$@"; }\n' + function)
+    for pinned, ok in ((fpr, True), ("0" * 40, False)):
+        out = subprocess.run(["bash", "-c", script + f'trust_key {pinned} "{tmp_path}/kept.asc" "file://{tmp_path}/none" '
+                                                      f'"file://{key}"'],
+                             env=home, capture_output=True, text=True)
+        assert (out.returncode == 0) == ok, out.stderr
+        assert (tmp_path / "kept.asc").exists() == ok or not ok
+        assert ok or (f"not the pinned {pinned}" in out.stderr and "no copy of the signing key" in out.stderr)
 
 
 @pytest.mark.parametrize("stack", ["aws-large", "tencent-large", "aws-scheduled", "tencent-scheduled"])
 def test_scheduler_none_renders_no_head_node_no_secret_and_no_slurm(stack):
     # Without Slurm, idle means GPU use below a threshold, which a stack with Slurm leaves out.
-    idle = {"idle_stop": {"gpu_util_below_pct": 5, "for_minutes": 60}} if stack == "aws-scheduled" else {}
+    idle = {"idle_stop": {"gpu_util_below_pct": 5, "for_minutes": 60}} if stack.endswith("-scheduled") else {}
     plan = render_plan(stack, {"scheduler": "none", **idle})
     kinds = {r.type for r in plan.custom()}
     assert not kinds & {AWS_SECRET, TC_SECRET, *SECRET_VALUES}
@@ -473,9 +517,11 @@ def test_tencent_slurm_says_that_jobs_have_no_bucket_credentials_of_their_own():
 def test_tencent_cam_roles_grant_no_action_on_every_resource_but_operation_level_ones(stack, slurm_plan, sample_plan):
     """Least privilege on Tencent Cloud (the AWS SSM-on-* finding, reviewed here): the nodes' and head node's roles
     read one secret (the head node also puts it) and publish a metric; the cost-controls function's role starts and
-    stops the cluster's nodes only. "*" only for actions that take no resource (Cloud Monitor's data calls,
-    DescribeInstancesStatus); no preset policy is attached to any role."""
-    operation_level = {"name/monitor:PutMonitorData", "name/monitor:GetMonitorData", "name/cvm:DescribeInstancesStatus"}
+    stops the cluster's nodes only, and so does the head node's under Slurm power saving. "*" only for actions that
+    take no resource (Cloud Monitor's data calls, DescribeInstancesStatus) and DescribeInstances, the read power-agent
+    finds the nodes with by their tags; no preset policy is attached to any role."""
+    operation_level = {"name/monitor:PutMonitorData", "name/monitor:GetMonitorData", "name/cvm:DescribeInstancesStatus",
+                       "name/cvm:DescribeInstances"}
     plans = (slurm_plan(stack), sample_plan(stack))
     assert [r for plan in plans for r in plan.of_type("tencentcloud:Cam/policy:Policy")]
     for plan in plans:
@@ -486,6 +532,9 @@ def test_tencent_cam_roles_grant_no_action_on_every_resource_but_operation_level
             if s["resource"] == ["*"] or s["resource"] == "*":
                 assert set(actions) <= operation_level, s
             else:
-                assert all(r.startswith(("qcs::ssm:", "qcs::cvm:")) and "*" not in r for r in s["resource"]), s
+                # (the nodes' own Slurm boots: one prefix of the cluster's boot bucket)
+                assert all((r.startswith(("qcs::ssm:", "qcs::cvm:")) and "*" not in r)
+                           or re.fullmatch(r"qcs::cos:[a-z-]+:uid/\d+:[a-z0-9-]+-boot-\d+/slurm/\*", r)
+                           for r in s["resource"]), s
         assert not [r for r in plan.of_type("tencentcloud:Cam/rolePolicyAttachment:RolePolicyAttachment")
                     if not str(r.inputs.get("policyId", "")).isdigit()]

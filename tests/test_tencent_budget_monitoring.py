@@ -117,13 +117,14 @@ def test_exports():
     from gpu_cluster.render import read_stack_file, stack_path
     plain = {"vpc_id", "subnet_id", "hpc_cluster_id", "node_ids", "cfs_mount_target", "checkpoint_bucket", "budget_id",
              "connect"}
-    assert set(rendered(read_stack_file(stack_path("tencent-large"))).outputs) == plain
+    slurm = {"head_node_id", "head_address", "munge_secret", "connect_head", "submit_job"}
+    assert set(rendered(read_stack_file(stack_path("tencent-large"))).outputs) == plain | slurm
     target = rendered(read_stack_file(stack_path("tencent-large"))).outputs["cfs_mount_target"]
     assert target.endswith("/cfs") and "@tcp0:/" in target
     out = rendered(slurm_stack_with("tencent-large")).outputs
     assert set(out) == plain | {"head_node_id", "head_address", "munge_secret", "connect_head", "submit_job"}
     assert out["hpc_cluster_id"].startswith("hpc-") and len(out["node_ids"]) == 2
-    assert out["cfs_mount_target"] is None  # Slurm on Tencent has no CFS Turbo: its client needs an older OS
+    assert out["cfs_mount_target"] == target  # Slurm and CFS Turbo together on TencentOS
     assert out["checkpoint_bucket"] == "tc-large-checkpoints-1250000000"
     assert "TAT" in out["connect"] and out["node_ids"][0] in out["connect"]
 

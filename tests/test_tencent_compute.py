@@ -175,8 +175,9 @@ def test_nodes_keep_their_image_and_boot_config_when_they_change():
     nodes = [r for r in regs if r.type == INSTANCE and r.inputs["tags"].get("gpu-cluster:role") != "head"]
     # userDataRaw stays ignored for nodes made before the user data was compressed (they hold it there); the
     # system disk type, looked up again at every run, would force-stop a node to resize its disk if it changed.
-    assert len(nodes) == 2 and all(r.ignore_changes == ["imageId", "userDataRaw", "userData", "systemDiskType"]
-                                   for r in nodes)
+    # Slurm starts and stops them (power saving): a refresh that reads a stopped node must not start it again.
+    assert len(nodes) == 2 and all(r.ignore_changes == ["imageId", "userDataRaw", "userData", "systemDiskType",
+                                                        "runningFlag"] for r in nodes)
     # The head node keeps its image and disk type; a changed boot config replaces it (components/tencentcloud/head.py).
     (head,) = [r for r in regs if r.type == INSTANCE and r not in nodes]
     assert head.ignore_changes == ["imageId", "systemDiskType"] and head.inputs["userDataReplaceOnChange"] is True

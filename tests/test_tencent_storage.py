@@ -51,7 +51,7 @@ def test_no_lustre_no_file_system(sample_plan):
 
 
 def test_checkpoint_bucket_is_private_versioned_encrypted_with_lifecycle(sample_plan):
-    bucket = sample_plan("tencent-entry").one(BUCKET)
+    [bucket] = [b for b in sample_plan("tencent-entry").of_type(BUCKET) if b.name.endswith("-checkpoints")]
     i = bucket.inputs
     assert i["bucket"] == "tc-entry-checkpoints-1250000000"
     assert i["acl"] == "private" and i["versioningEnable"] is True and i["encryptionAlgorithm"] == "AES256"
@@ -118,7 +118,7 @@ def test_stateful_urns_survive_instance_type_and_node_count_changes(sample_plan,
         old_s, new_s = stateful(old), stateful(new)
         assert set(old_s) <= set(new_s)
         assert all(r.protect for r in new_s.values())
-    assert len([u for u in stateful(after) if "Cbs/storage:Storage" in u]) == 4  # 4 data disks (no head: no Slurm)
+    assert len([u for u in stateful(after) if "Cbs/storage:Storage" in u]) == 5  # 4 data disks and the head node's
     assert set(stateful(before)) - set(stateful(after)) == set()
 
 

@@ -29,7 +29,7 @@ from components.aws.boot import DATA_VOLUME_TAG, boot_config
 from components.aws.head import munge_policy
 from components.cloudinit import encode, render, size_problem
 from components.slurm import SlurmCluster, node_boot_parts, with_slurm
-from components.spec import Capacity, node_is_spot
+from components.spec import NODE_TAG, Capacity, node_is_spot
 
 # The Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 24.04), published as an SSM public
 # parameter (docs.aws.amazon.com/dlami/latest/devguide/find-dlami-id.html; its release notes list G4dn,
@@ -513,7 +513,7 @@ class Compute(pulumi.ComponentResource):
             root_block_device=aws.ec2.InstanceRootBlockDeviceArgs(
                 volume_size=args.root_gb, volume_type="gp3", encrypted=True, delete_on_termination=True),
             # The data volume's id as a tag, which the boot config reads from the instance metadata.
-            tags=tagged(args.tags, node_name, **{"gpu-cluster:node": str(index), "gpu-cluster:market": how},
+            tags=tagged(args.tags, node_name, **{NODE_TAG: str(index), "gpu-cluster:market": how},
                         **args.power_tags,
                         **({DATA_VOLUME_TAG: data_volume} if data_volume is not None else {}),
                         **({BLOCK_HOURS_TAG: str(args.capacity.duration_hours)}

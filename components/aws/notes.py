@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from components import catalog
+from components.slurm import power
 from components.headnode import FIRST_JOB, HEAD_DATA_GB, HEAD_HOST_OFFSET, HEAD_INSTANCE_TYPES
 from components.spec import NAME_TAG
 
@@ -106,11 +107,7 @@ def _idle_stop_notes(spec: "ClusterSpec") -> list[str]:
     if spec.idle_stop is None:
         return []
     if spec.scheduler == "slurm":
-        return [f"idle_stop with Slurm: Slurm power saving stops a GPU node that has had no job for "
-                f"{spec.idle_stop.for_minutes} min (SuspendTime; the head node's power agent calls EC2 "
-                f"StopInstances) and starts it again for the next job that needs it (StartInstances; the job waits "
-                f"for the boot and the health check, ResumeTimeout 30 min). A job in a CPU-only phase keeps its node; "
-                f"no CloudWatch alarm stops anything (docs/slurm.md, \"What happens to a job\")"]
+        return [n for n in power.plan_notes(spec, "EC2 StopInstances", "StartInstances", "CloudWatch alarm") if n.startswith("idle_stop")]
     return [f"idle_stop: a CloudWatch alarm per node stops it (EC2 stop action) when its GPU utilisation averages "
             f"below {spec.idle_stop.gpu_util_below_pct} % in every 5 minutes for {spec.idle_stop.for_minutes} "
             f"min; a node that sends no metric is never stopped. CloudWatch creates the service-linked role for "
@@ -124,11 +121,7 @@ def _schedule_notes(spec: "ClusterSpec") -> list[str]:
         return []
     windows = f"{'; '.join(spec.schedule.windows)}, {spec.schedule.timezone}"
     if spec.scheduler == "slurm":
-        return [f"schedule with Slurm: outside the run windows ({windows}) the head node's slurm-window timer sets the "
-                f"Slurm partition DOWN, so jobs queue and wait, and powers down every GPU node still up (its running "
-                f"jobs are requeued); inside them the partition is UP and pending jobs start their nodes. Slurm alone "
-                f"starts and stops the GPU nodes; the head node runs all the time, so jobs can be submitted at any "
-                f"hour. The cost estimate counts the GPU nodes for the windows' hours, at most"]
+        return [n for n in power.plan_notes(spec, "EC2 StopInstances", "StartInstances", "CloudWatch alarm") if n.startswith("schedule")]
     return [f"schedule: EventBridge Scheduler starts the GPU nodes when a window opens and stops them when it closes "
             f"({windows}); a node started by hand outside the windows runs until the next stop, and so do the nodes "
             f"the first `pulumi up` launches outside a window"]

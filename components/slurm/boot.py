@@ -17,12 +17,14 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
-from components.cloudinit import BootConfig, DataDisk, LustreMount
+from components.cloudinit import SBIN, BootConfig, DataDisk, LustreMount, Step
 from components.slurm import jobs, power, scripts
 from components.slurm.clouds import ops
 from components.slurm.conf import SLURM_USER, SlurmCluster, cgroup_conf, gres_conf, slurm_conf
 
 HEAD_PACKAGES = ("slurmctld", "slurm-client", "munge", "iptables")
+"""What the head node and the GPU nodes need, by their Ubuntu names; components/slurm/oses.py gives each
+operating system's own (SlurmCluster.system)."""
 WINDOW_PACKAGES = ("tzdata-legacy",)
 """slurm-window reads the schedule's time zone from the system's tz database, and Ubuntu 24.04 moved the old
 alias names the spec accepts (US/Eastern, Asia/Calcutta, ...) to tzdata-legacy (Ubuntu 24.04 release notes,
@@ -248,11 +250,13 @@ class BootParts:
     packages: tuple[str, ...]
     files: tuple[dict, ...]
     commands: tuple[tuple[str, ...], ...]
+    steps: tuple[Step, ...] = ()
+    """Boot steps that install what cloud-init's package module cannot (components/slurm/oses.py)."""
 
     def scripts(self) -> dict[str, str]:
         """Every generated shell script, by path (for shellcheck / bash -n)."""
-        return {f["path"]: f["content"] for f in self.files
-                if f["content"].startswith("#!/bin/bash")}
+        return {**{f["path"]: f["content"] for f in self.files if f["content"].startswith("#!/bin/bash")},
+                **{f"{SBIN}/{step.name}": step.script for step in self.steps}}
 
 
 def node_boot_parts(c: SlurmCluster, node_index: Optional[int] = None) -> BootParts:
@@ -289,14 +293,21 @@ def node_boot_parts(c: SlurmCluster, node_index: Optional[int] = None) -> BootPa
                 ("systemctl", "enable", "--now", RECHECK_TIMER),
                 ("systemctl", "enable", "--now", WATCH_TIMER),
                 *((("systemctl", "enable", "--now", JOB_CREDENTIALS_TIMER),) if c.job_credentials else ()))
-    return BootParts(packages=NODE_PACKAGES + o.node_packages, files=tuple(files), commands=commands)
+    packages, steps = _install(c, NODE_PACKAGES + o.node_packages)
+    return BootParts(packages=packages, files=tuple(files), commands=commands, steps=steps)
+
+
+def _install(c: SlurmCluster, needs: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[Step, ...]]:
+    """(cloud-init packages, boot steps) that install `needs` on the cluster's operating system."""
+    step = c.system.install_step(needs)
+    return ((), (step,)) if step else (c.system.names(needs), ())
 
 
 def with_slurm(boot: BootConfig, parts: BootParts) -> BootConfig:
     """`boot` plus the Slurm parts: packages and files added, Slurm's commands run after the
     node's own (mounts and agents first, so the health check finds them)."""
     return dataclasses.replace(boot, packages=tuple(boot.packages) + parts.packages,
-                               files=tuple(boot.files) + parts.files,
+                               files=tuple(boot.files) + parts.files, steps=tuple(boot.steps) + parts.steps,
                                commands=tuple(boot.commands) + parts.commands)
 
 
@@ -335,6 +346,11 @@ def _power_files(c: SlurmCluster) -> list[dict]:
     return files
 
 
+def _head_install(c: SlurmCluster) -> tuple[tuple[str, ...], tuple[Step, ...]]:
+    return _install(c, HEAD_PACKAGES + ops(c.cloud).head_packages
+                    + (WINDOW_PACKAGES if c.power_saving and c.windows else ()))
+
+
 def head_boot_config(c: SlurmCluster, *, lustre: Optional[LustreMount] = None, data_disk: Optional[DataDisk] = None,
                      disk_model: Optional[str] = None) -> BootConfig:
     """The head node's whole BootConfig: its host name (= SlurmctldHost's name), /lustre when the
@@ -345,10 +361,10 @@ def head_boot_config(c: SlurmCluster, *, lustre: Optional[LustreMount] = None, d
         raise ValueError(f"slurmctld state {c.state_dir} is on /data: give the head node a data disk")
     if c.lustre and lustre is None:
         raise ValueError("the cluster has /lustre: pass its mount (lustre)")
+    packages, steps = _head_install(c)
     return BootConfig(
         nvme_devices=0, nvme_model=None, scratch="none", disk_model=disk_model,
-        lustre=lustre, data_disk=data_disk,
-        packages=HEAD_PACKAGES + ops(c.cloud).head_packages + (WINDOW_PACKAGES if c.power_saving and c.windows else ()),
+        lustre=lustre, data_disk=data_disk, packages=packages, steps=steps,
         files=head_files(c),
         commands=(("systemctl", "daemon-reload"),
                   ("systemctl", "enable", "--now", GUARD_UNIT),
@@ -364,4 +380,5 @@ def all_scripts(c: SlurmCluster, node_index: Optional[int] = None) -> dict[str, 
     """Every generated bash script (head and node, jobs included), by a unique label."""
     out = {f"node:{p}": s for p, s in node_boot_parts(c, node_index).scripts().items()}
     out.update({f"head:{f['path']}": f["content"] for f in head_files(c) if f["content"].startswith("#!/bin/bash")})
+    out.update({f"head:{SBIN}/{step.name}": step.script for step in _head_install(c)[1]})
     return out

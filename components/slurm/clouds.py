@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from components.catalog import Cloud
+from components.spec import NODE_TAG
 
 TCCLI = "/opt/gpu-cluster/tccli/bin/tccli"
 """Tencent's CLI in its own virtualenv (pip refuses system-wide installs on Ubuntu 24.04, PEP 668)."""
@@ -72,9 +73,11 @@ class CloudOps:
     gpu-cluster:node tag) and its instance id, separated by white space. None: Slurm does not start or stop this
     cloud's nodes (no power saving)."""
     instance_start: tuple[str, ...] | None = None
-    """Starts the instances in the array INSTANCE_IDS."""
+    """Starts the instances in the array INSTANCE_IDS (the same ids as a JSON array: INSTANCE_IDS_JSON)."""
     instance_stop: tuple[str, ...] | None = None
-    """Stops the instances in the array INSTANCE_IDS."""
+    """Stops the instances in the array INSTANCE_IDS (INSTANCE_IDS_JSON)."""
+    cluster_filter: str = ""
+    """instance_lookup's filter (CLUSTER_FILTER), a template of {tag} (the cluster-name tag's key) and {cluster}."""
     head_packages: tuple[str, ...] = ()
     node_packages: tuple[str, ...] = ()
     cli_setup: tuple[tuple[str, ...], ...] = ()
@@ -85,7 +88,7 @@ class CloudOps:
 AWS = CloudOps(
     cloud="aws",
     metadata_function=_AWS_METADATA,
-    node_index_path="tags/instance/gpu-cluster:node",
+    node_index_path=f"tags/instance/{NODE_TAG}",
     spot_notice_path="spot/instance-action",
     # Secrets Manager: the munge key is stored base64 in SecretString, like ParallelCluster's
     # update_munge_key.sh (aws/aws-parallelcluster-cookbook @ f75d84c3). A secret created without a
@@ -116,11 +119,12 @@ AWS = CloudOps(
     # tag-key and instance-state-name (pending | running | shutting-down | terminated | stopping | stopped);
     # StartInstances / StopInstances take the ids (EC2 API reference). A terminated instance is left out: it
     # cannot be started, and `pulumi up` creates the node again.
+    cluster_filter="Name=tag:{tag},Values={cluster}",
     instance_lookup=("aws", "ec2", "describe-instances", "--region", "$REGION",
-                     "--filters", "$CLUSTER_FILTER", "Name=tag-key,Values=gpu-cluster:node",
+                     "--filters", "$CLUSTER_FILTER", f"Name=tag-key,Values={NODE_TAG}",
                      "Name=instance-state-name,Values=pending,running,stopping,stopped",
                      "--query",
-                     "Reservations[].Instances[].[Tags[?Key=='gpu-cluster:node']|[0].Value,InstanceId,State.Name]",
+                     f"Reservations[].Instances[].[Tags[?Key=='{NODE_TAG}']|[0].Value,InstanceId,State.Name]",
                      "--output", "text"),
     instance_start=("aws", "ec2", "start-instances", "--region", "$REGION", "--instance-ids", "$INSTANCE_IDS[@]",
                     "--output", "text"),
@@ -165,6 +169,26 @@ TENCENTCLOUD = CloudOps(
     # "Querying Instance Metadata", intl.cloud.tencent.com/document/product/213/4934). The GPU node's
     # health check proves it closed by the host name (node-health), so a moved address drains the node.
     metadata_ipv4="169.254.0.23",
+    # Slurm power saving on the head node (components/slurm/power.py), with the CVM API 2017-03-12 (the action
+    # models of tccli 3.1.189.1, tccli/services/cvm/v20170312/api.json): DescribeInstances filters "tag:<key>",
+    # "tag-key" and "instance-state" (the states of cloud.tencent.com/document/api/213/15753#InstanceStatus;
+    # SHUTDOWN, TERMINATING and LAUNCH_FAILED instances cannot start), at most 100 a page (nodes ≤ 64). tccli's
+    # `--filter` is a JMESPath expression and `--output text` prints one tab-separated line per instance
+    # (tccli format_output.py). StopInstances with StoppedMode STOP_CHARGING, the "no charges when shut down" mode
+    # of pay-as-you-go instances (CVM documentation 213/19918: a node with local NVMe keeps charging, which the
+    # spec refuses to stop: profile.stop_problems); StopType SOFT_FIRST shuts down cleanly, then forces.
+    # StartInstances and StopInstances take InstanceIds as a JSON array.
+    cluster_filter=('[{{"Name":"tag:{tag}","Values":["{cluster}"]}},{{"Name":"tag-key","Values":["' + NODE_TAG + '"]}},'
+                    '{{"Name":"instance-state","Values":["PENDING","RUNNING","STARTING","STOPPING","STOPPED",'
+                    '"REBOOTING"]}}]'),
+    instance_lookup=(TCCLI, "cvm", "DescribeInstances", "--region", "$REGION", "--use-cvm-role",
+                     "--Filters", "$CLUSTER_FILTER", "--Limit", "100",
+                     "--filter", f"InstanceSet[].[Tags[?Key=='{NODE_TAG}']|[0].Value,InstanceId,InstanceState]",
+                     "--output", "text"),
+    instance_start=(TCCLI, "cvm", "StartInstances", "--region", "$REGION", "--use-cvm-role",
+                    "--InstanceIds", "$INSTANCE_IDS_JSON"),
+    instance_stop=(TCCLI, "cvm", "StopInstances", "--region", "$REGION", "--use-cvm-role",
+                   "--InstanceIds", "$INSTANCE_IDS_JSON", "--StopType", "SOFT_FIRST", "--StoppedMode", "STOP_CHARGING"),
     head_packages=("python3-venv",),
     node_packages=("python3-venv",),
     cli_setup=(

@@ -24,7 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from components.catalog import Cloud, Shape
+from components.clouds import profile
 from components.slurm.clouds import ops
+from components.slurm.oses import SlurmOS, slurm_os
 from components.spec import Purchase, node_is_spot
 
 SLURMCTLD_PORT = 6817
@@ -158,6 +160,8 @@ class SlurmCluster:
     timezone: str = "UTC"
     metric_namespace: str = "GpuCluster"
     metric_name: str = "NodeHealthy"
+    os: str = "ubuntu-24.04"
+    """The head node's and the GPU nodes' operating system (components/slurm/oses.py): what installs Slurm."""
     paths: Paths = field(default_factory=Paths)
 
     def __post_init__(self) -> None:
@@ -167,6 +171,11 @@ class SlurmCluster:
             raise ValueError(f"shape {self.shape.type} is a {self.shape.cloud} shape, not {self.cloud}")
         if not self.head_address or any(c.isspace() or c in "(),=" for c in self.head_address):
             raise ValueError(f"head_address must be an IP or host name, got {self.head_address!r}")
+        slurm_os(self.os)
+
+    @property
+    def system(self) -> SlurmOS:
+        return slurm_os(self.os)
 
     @property
     def power_saving(self) -> bool:
@@ -354,11 +363,11 @@ def gres_conf(c: SlurmCluster) -> str:
 
 
 def cgroup_conf(c: SlurmCluster) -> str:
-    """cgroup.conf: cgroup v2 (the unified hierarchy Ubuntu 24.04 boots with), jobs confined to
+    """cgroup.conf: the operating system's cgroup plugin (components/slurm/oses.py), jobs confined to
     their cores and to the GPUs they were allocated (ConstrainDevices: "constrain the job's allowed
     devices based on GRES allocated resources")."""
     return ("# Written by gpu-cluster (components/slurm).\n"
-            + _lines([("CgroupPlugin", "cgroup/v2"), ("ConstrainCores", "yes"),
+            + _lines([("CgroupPlugin", c.system.cgroup_plugin), ("ConstrainCores", "yes"),
                       ("ConstrainDevices", "yes"), ("ConstrainRAMSpace", "no")]))
 
 
@@ -374,4 +383,5 @@ def from_spec(cluster, head_address: str, munge_secret_id: str, **overrides) -> 
         suspend_after_s=spec.idle_stop.for_minutes * 60 if spec.idle_stop is not None else None,
         windows=tuple(spec.schedule.windows) if spec.schedule is not None else (),
         timezone=spec.schedule.timezone if spec.schedule is not None else "UTC",
+        os=profile(spec.cloud).slurm_os(spec),
         **overrides)

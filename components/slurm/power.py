@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from components import run_windows
 from components.slurm import shell
 from components.slurm.clouds import ops
-from components.slurm.conf import SlurmCluster
+from components.slurm.conf import RESUME_TIMEOUT_S, SlurmCluster
 from components.slurm.scripts import _script
 from components.spec import NAME_TAG
 
@@ -57,7 +57,6 @@ act() {  # mode hostlist; a stop that fails is queued again (a stopped node must
   local mode=$1 n index id try out
   local -a nodes
   mapfile -t nodes < <(scontrol show hostnames "$2")
-  CLUSTER_FILTER="Name=tag:$NAME_TAG,Values=$CLUSTER"
   if ! found=$(instance_lookup 2> /dev/null); then
     say "cannot list the instances of $CLUSTER"
     # a resume request is not kept: its nodes are powered down again, for Slurm to try them for a later job
@@ -73,7 +72,8 @@ act() {  # mode hostlist; a stop that fails is queued again (a stopped node must
       [ "$mode" = suspend ] || down "$n" "no instance; pulumi up creates it again"
       continue
     fi
-    INSTANCE_IDS=("$id")
+    # shellcheck disable=SC2034  # each cloud's instance_start / instance_stop reads one of the two forms
+    INSTANCE_IDS=("$id") INSTANCE_IDS_JSON="[\"$id\"]"
     for ((try = 1; try <= TRIES; try++)); do
       if [ "$mode" = resume ]; then out=$(instance_start 2>&1) && break; else out=$(instance_stop 2>&1) && break; fi
       if [ "$try" -lt "$TRIES" ]; then sleep "$RETRY_S"; fi
@@ -89,23 +89,40 @@ act() {  # mode hostlist; a stop that fails is queued again (a stopped node must
     fi
   done
 }
-# A node Slurm counts as powered down (not powering up or down) whose instance is running bills while no job
-# can use it (a stop lost with its request, an instance started by hand): it is stopped. Every RECONCILE_POLLS.
+# A node Slurm counts as powered down (not powering up or down) whose instance is running bills while no job can use
+# it (a stop lost with its request, an instance started by hand): it is stopped, every RECONCILE_POLLS. Not at once:
+# Slurm also counts a CLOUD node powered down from slurmctld's start until its slurmd first registers, which on a new
+# node follows the whole first boot (driver, packages, health check). So a node is stopped only once it has been
+# seen that way for RECONCILE_GRACE_S, the time Slurm gives a resumed node to register (ResumeTimeout); the first
+# sighting is kept in $SEEN/<node>, and dropped when the node is seen otherwise.
 reconcile() {
-  local n index id state
+  local n index id state first now
   local -a down
+  mkdir -p "$SEEN"
   mapfile -t down < <(scontrol show nodes -o 2> /dev/null | awk '/ State=[^ ]*POWERED_DOWN/ && !/ State=[^ ]*POWERING_/ {
     sub(/^NodeName=/, "", $1); print $1 }')
-  [ "${#down[@]}" -gt 0 ] || return 0
-  CLUSTER_FILTER="Name=tag:$NAME_TAG,Values=$CLUSTER"
-  found=$(instance_lookup 2> /dev/null) || return 0
+  found=""
+  if [ "${#down[@]}" -gt 0 ]; then found=$(instance_lookup 2> /dev/null) || return 0; fi
+  now=$(date +%s)
   for n in "${down[@]}"; do
     index=${n#"$NODE_PREFIX"}
     read -r id state < <(printf '%s\n' "$found" | awk -v i="$index" '$1 == i { print $2, $3; exit }') || true
-    [ "$index" != "$n" ] && [ "$state" = running ] || continue
-    INSTANCE_IDS=("$id")
-    if out=$(instance_stop 2>&1); then say "reconciled $n: Slurm counts it powered down but $id was running; stopped it"
+    [ "$index" != "$n" ] && [ "${state,,}" = running ] || continue
+    first=$(cat "$SEEN/$n" 2> /dev/null || true)
+    case "$first" in ''|*[!0-9]*) echo "$now" > "$SEEN/$n"; continue ;; esac
+    [ $((now - first)) -ge "$RECONCILE_GRACE_S" ] || continue
+    # shellcheck disable=SC2034  # (as in act)
+    INSTANCE_IDS=("$id") INSTANCE_IDS_JSON="[\"$id\"]"
+    if out=$(instance_stop 2>&1); then
+      say "reconciled $n: Slurm counts it powered down but $id was running; stopped it"
+      rm -f "$SEEN/$n"
     else say "could not stop $id of powered-down $n: $(printf '%s' "$out" | tr -s '\n' ' ' | tail -c 200)"; fi
+  done
+  # a node no longer seen powered down and running starts over
+  for f in "$SEEN"/*; do
+    [ -e "$f" ] || continue
+    n=${f##*/}
+    printf '%s\n' "${down[@]}" | grep -qxF -- "$n" || rm -f "$f"
   done
 }
 # Requests are files <time>-<pid>.<mode> holding a hostlist, taken oldest first. A request being acted on is
@@ -164,10 +181,14 @@ def request_script(c: SlurmCluster, mode: str) -> str:
 
 
 RECONCILE_POLLS = 30
-"""How often (in polls of POLL_S) power-agent stops the instance of a node Slurm counts as powered down: a minute."""
+"""How often (in polls of POLL_S) power-agent looks for the instance of a node Slurm counts as powered down: a minute."""
+RECONCILE_GRACE_S = RESUME_TIMEOUT_S
+"""How long a node must have been seen powered down in Slurm with its instance running before power-agent stops it:
+Slurm's ResumeTimeout, the time a node has to register (a new node's first boot included)."""
 
 
-def agent_script(c: SlurmCluster, poll_s: int = 2, max_polls: int = 0, reconcile_polls: int = RECONCILE_POLLS) -> str:
+def agent_script(c: SlurmCluster, poll_s: int = 2, max_polls: int = 0, reconcile_polls: int = RECONCILE_POLLS,
+                 reconcile_grace_s: int = RECONCILE_GRACE_S) -> str:
     """power-agent: the root service on the head node that starts and stops the GPU node instances Slurm asked
     for, and stops the instance of a node Slurm counts as powered down. max_polls=0: forever (the systemd
     service); the tests bound it."""
@@ -175,10 +196,12 @@ def agent_script(c: SlurmCluster, poll_s: int = 2, max_polls: int = 0, reconcile
     if o.instance_lookup is None or o.instance_start is None or o.instance_stop is None:
         raise ValueError(f"no power saving commands for {c.cloud}")
     return _script("Start and stop the GPU node instances Slurm asks for (power saving)", {
-        "SPOOL": c.paths.power_spool, "REGION": c.region, "CLUSTER": c.name, "NAME_TAG": NAME_TAG,
+        "SPOOL": c.paths.power_spool, "REGION": c.region, "CLUSTER": c.name,
+        "CLUSTER_FILTER": o.cluster_filter.format(tag=NAME_TAG, cluster=c.name),
         "NODE_PREFIX": f"{c.name}-node-", "REASON_PREFIX": POWER_REASON_PREFIX,
         "TRIES": START_TRIES, "RETRY_S": START_RETRY_S, "POLL_S": poll_s, "MAX_POLLS": max_polls,
-        "RECONCILE_POLLS": reconcile_polls,
+        "RECONCILE_POLLS": reconcile_polls, "RECONCILE_GRACE_S": reconcile_grace_s,
+        "SEEN": f"{c.paths.power_spool}-seen",
     }, _POWER_BODY, [shell.function("instance_lookup", o.instance_lookup),
                      shell.function("instance_start", o.instance_start),
                      shell.function("instance_stop", o.instance_stop)])
@@ -243,3 +266,26 @@ def window_script(c: SlurmCluster) -> str:
     return _script("Keep the Slurm partition to the run windows", {
         "PARTITION": c.name, "NODE_PREFIX": f"{c.name}-node-", "TIMEZONE": c.timezone, "WINDOWS": encoded,
     }, _WINDOW_BODY)
+
+
+def plan_notes(spec: "ClusterSpec", stop_call: str, start_call: str, alarm: str) -> list[str]:
+    """What Slurm power saving does with the stack's idle_stop and run windows, told the same way on every cloud
+    (`stop_call` / `start_call`: the cloud API calls power-agent makes; `alarm`: the cloud's alarms, which stop
+    nothing then)."""
+    if spec.scheduler != "slurm" or ops(spec.cloud).instance_start is None:
+        return []
+    out = []
+    if spec.idle_stop is not None:
+        out.append(f"idle_stop with Slurm: Slurm power saving stops a GPU node that has had no job for "
+                   f"{spec.idle_stop.for_minutes} min (SuspendTime; the head node's power agent calls {stop_call}) "
+                   f"and starts it again for the next job that needs it ({start_call}; the job waits for the boot "
+                   f"and the health check, ResumeTimeout 30 min). A job in a CPU-only phase keeps its node; no "
+                   f"{alarm} stops anything (docs/slurm.md, \"What happens to a job\")")
+    if spec.schedule is not None:
+        windows = f"{'; '.join(spec.schedule.windows)}, {spec.schedule.timezone}"
+        out.append(f"schedule with Slurm: outside the run windows ({windows}) the head node's slurm-window timer sets "
+                   f"the Slurm partition DOWN, so jobs queue and wait, and powers down every GPU node still up (its "
+                   f"running jobs are requeued); inside them the partition is UP and pending jobs start their nodes. "
+                   f"Slurm alone starts and stops the GPU nodes; the head node runs all the time, so jobs can be "
+                   f"submitted at any hour. The cost estimate counts the GPU nodes for the windows' hours, at most")
+    return out

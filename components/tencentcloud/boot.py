@@ -7,6 +7,7 @@ layout come from `components/cloudinit.py`.
 
 from __future__ import annotations
 
+import re
 import shlex
 from typing import Optional
 
@@ -172,3 +173,88 @@ def user_data(boot: BootConfig, what: str) -> str:
     if problem:
         raise pulumi.RunError(problem)
     return encoded
+
+
+# The Slurm part of a GPU node's boot lives in the cluster's private boot bucket (components/slurm/bundle.py: it does
+# not fit the 16 KB of user data). The node reads it with its instance role's temporary keys, which the metadata
+# service hands out under cam/security-credentials/<role> (TmpSecretId, TmpSecretKey, Token: CVM documentation,
+# "Querying Instance Metadata", intl.cloud.tencent.com/document/product/213/4934), signed as COS's XML API asks
+# (COS documentation, "Request Signature", intl.cloud.tencent.com/document/api/436/7778: KeyTime, SignKey =
+# HMAC-SHA1(SecretKey, KeyTime), HttpString "get\n<path>\n<params>\n<headers>\n", StringToSign
+# "sha1\n<KeyTime>\n<SHA1(HttpString)>\n"; the temporary key's token in x-cos-security-token), from the bucket's
+# default domain, which a CVM instance in the region reaches over the private network. Python 3.6's standard
+# library only: this runs before anything is installed. The script runs only when its SHA-256 is the one pinned here.
+COS_GET_PY = r'''
+import hashlib, hmac, json, sys, time, urllib.parse, urllib.request
+
+
+def _hmac(key, message):
+    return hmac.new(key.encode(), message.encode(), hashlib.sha1).hexdigest()
+
+
+def authorization(secret_id, secret_key, key_time, method, path, host):
+    """COS's Authorization header for a request signed on its path and its host header only."""
+    http = "%s\n%s\n\nhost=%s\n" % (method.lower(), path, host)
+    to_sign = "sha1\n%s\n%s\n" % (key_time, hashlib.sha1(http.encode()).hexdigest())
+    return ("q-sign-algorithm=sha1&q-ak=%s&q-sign-time=%s&q-key-time=%s&q-header-list=host&q-url-param-list="
+            "&q-signature=%s" % (secret_id, key_time, key_time, _hmac(_hmac(secret_key, key_time), to_sign)))
+
+
+if __name__ == "__main__":
+    endpoint, bucket, region, key, out, credentials = sys.argv[1:7]
+    with open(credentials) as f:
+        c = json.load(f)
+    base = endpoint % {"bucket": bucket, "region": region}
+    now = int(time.time())
+    key_time = "%d;%d" % (now - 60, now + 600)
+    auth = authorization(c["TmpSecretId"], c["TmpSecretKey"], key_time, "get", "/" + key,
+                         urllib.parse.urlsplit(base).netloc)
+    request = urllib.request.Request("%s/%s" % (base, key),
+                                     headers={"Authorization": auth, "x-cos-security-token": c["Token"]})
+    with urllib.request.urlopen(request, timeout=60) as response, open(out, "wb") as f:
+        f.write(response.read())
+'''
+COS_ENDPOINT = "https://%(bucket)s.cos.%(region)s.myqcloud.com"
+"""A bucket's default domain (COS documentation, "Regions and Access Endpoints": <BucketName-APPID>.cos.<Region>
+.myqcloud.com)."""
+SLURM_FETCH_TRIES, SLURM_FETCH_RETRY_S = 20, 15
+"""The role's keys, and the object, may take a moment after the node starts: 5 minutes of tries."""
+_SLURM_FETCH_SH = r"""
+metadata=${GPU_CLUSTER_METADATA_URL:-http://metadata.tencentyun.com/latest/meta-data}
+# EL 8 images may have no python3 before anything is installed; dnf's own platform-python is always there.
+py=$(command -v python3 || echo /usr/libexec/platform-python)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cat > "$work/get.py" <<'PY'
+{python}
+PY
+for ((try = 1; ; try++)); do
+  if curl -fsS -m 5 -o "$work/credentials" "$metadata/cam/security-credentials/{role}" \
+      && "$py" "$work/get.py" "${GPU_CLUSTER_COS_ENDPOINT:-{endpoint}}" {bucket} {region} {key} "$work/slurm-boot" \
+         "$work/credentials"; then
+    break
+  fi
+  [ "$try" -lt {tries} ] || fail "could not read {key} from bucket {bucket} with the instance role {role}"
+  sleep {retry}
+done
+echo "{sha256}  $work/slurm-boot" | sha256sum -c --quiet - || fail "{key} is not the Slurm boot this node was made with"
+bash "$work/slurm-boot"
+"""
+
+
+_SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
+
+
+def slurm_fetch_step(*, bucket: str, key: str, sha256: str, region: str, role: str) -> Step:
+    """The boot step that fetches the node's Slurm boot from the boot bucket, checks its hash and runs it."""
+    for name, value in (("bucket", bucket), ("key", key), ("region", region), ("role", role)):
+        if not _SAFE.match(value):
+            raise ValueError(f"slurm_fetch_step: {name} {value!r} is not a plain name")
+    if not re.fullmatch(r"[0-9a-f]{64}", sha256):
+        raise ValueError(f"slurm_fetch_step: {sha256!r} is not a SHA-256")
+    return Step("gpu-cluster-slurm-boot", bash_script(
+        "gpu-cluster-slurm-boot", "Fetch this node's Slurm boot from the cluster's boot bucket and run it",
+        _SLURM_FETCH_SH.replace("{python}", COS_GET_PY.strip("\n")).replace("{endpoint}", COS_ENDPOINT)
+        .replace("{bucket}", bucket).replace("{region}", region).replace("{key}", key).replace("{role}", role)
+        .replace("{sha256}", sha256).replace("{tries}", str(SLURM_FETCH_TRIES))
+        .replace("{retry}", str(SLURM_FETCH_RETRY_S))))

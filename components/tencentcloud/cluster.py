@@ -15,7 +15,7 @@ import pulumi
 import tencentcloud_iac_pulumi as tencentcloud
 
 from components.headnode import HEAD_DATA_GB, head_address, submit_command
-from components.slurm import from_spec, node_boot_parts, with_slurm
+from components.slurm import BootParts, from_spec, node_boot_parts, power, with_slurm
 from components.spec import Cluster, ClusterSpec, node_cost_tags
 from components.tencentcloud.profile import turbo_type
 from components.tencentcloud import boot
@@ -70,7 +70,7 @@ class ClusterComponent(pulumi.ComponentResource):
         head = slurm = None
         if spec.scheduler == "slurm":
             head, slurm = _head(s, network, storage)
-        user_data = _node_user_data(s, storage, slurm)
+        user_data = _node_user_data(s, storage, head, slurm)
         compute = _compute(s, network, storage, head, image_id, user_data)
         _backup(s, storage)
         budget = _budget(s)
@@ -132,28 +132,35 @@ def _head(s: _Setting, network: Network, storage: Storage) -> tuple[Head, pulumi
         cluster_name=name, region=cluster.region, zone=spec.zone, vpc_id=network.vpc_id,
         subnet_id=network.subnet_id, security_group_id=network.security_group_id,
         image_id=_image(s, HEAD_INSTANCE_TYPE), tags=s.tags, slurm=slurm, data_disk_id=storage.head_disk_id,
-        lustre_source=storage.mount_target, after=network.ready), opts=s.child)
+        lustre_source=storage.mount_target, after=network.ready, nodes=spec.nodes),
+        opts=s.child)
     return head, slurm
 
 
-def _node_user_data(s: _Setting, storage: Storage, slurm: Optional[pulumi.Output]) -> list[pulumi.Output]:
+def _node_user_data(s: _Setting, storage: Storage, head: Optional[Head],
+                    slurm: Optional[pulumi.Output]) -> list[pulumi.Output]:
     name, spec, shape = s.name, s.spec, s.cluster.shape
     install_driver = spec.image_id is None
 
-    # One document per node: each names its own data disk by id (and, with Slurm, its node index).
-    # Only rendering happens in apply().
-    def node_user_data(i: int, lustre_source, disk_id, slurm_input) -> str:
+    # One document per node: each names its own data disk by id and, with Slurm, its own Slurm boot object (the
+    # head component keeps them in the boot bucket: they do not fit the user data). Only rendering happens in apply().
+    def node_user_data(i: int, lustre_source, disk_id, slurm_input, boot_object, role) -> str:
         node_boot = boot.boot_config(shape=shape, scratch=spec.storage.scratch, lustre_source=lustre_source,
                                      install_driver=install_driver, data_disk_id=disk_id)
         if slurm_input is not None:
-            node_boot = with_slurm(node_boot, node_boot_parts(slurm_input, i))
+            bucket, key, sha256 = boot_object
+            node_boot = with_slurm(node_boot, BootParts(
+                packages=node_boot_parts(slurm_input, i).packages, files=(), commands=(),
+                steps=(boot.slurm_fetch_step(bucket=bucket, key=key, sha256=sha256, region=s.cluster.region,
+                                             role=role),)))
         return boot.user_data(node_boot, f"{name}-node-{i}")
 
     user_data = []
     for i in range(spec.nodes):
         disk = storage.data_disk_ids[i] if i < len(storage.data_disk_ids) else None
-        user_data.append(pulumi.Output.all(storage.mount_target, disk, slurm).apply(
-            lambda v, i=i: node_user_data(i, *v)))
+        user_data.append(pulumi.Output.all(
+            storage.mount_target, disk, slurm, head.node_boot[i] if head else None,
+            head.node_role_name if head else None).apply(lambda v, i=i: node_user_data(i, *v)))
     return user_data
 
 
@@ -168,8 +175,9 @@ def _compute(s: _Setting, network: Network, storage: Storage, head: Optional[Hea
         critical=spec.criticality == "critical", spot_max_price=spot_max_price(shape.price_hourly),
         scratch_disk_gb=SCRATCH_DISK_GB if spec.storage.scratch == "disk" else 0,
         data_disk_ids=storage.data_disk_ids, capacity=spec.capacity,
-        cam_role_name=head.node_role_name if head else None, node_tags=node_cost_tags(spec),
-        after=[*network.ready, *([head.instance] if head else [])]),
+        cam_role_name=head.node_role_name if head else None,
+        node_tags={**power.plan_tags(spec), **node_cost_tags(spec)}, slurm_powers=bool(power.plan_tags(spec)),
+        after=[*network.ready, *([head.instance, *head.boot_objects] if head else [])]),
         opts=s.child)
 
 
@@ -195,9 +203,13 @@ def _monitoring_and_cost_controls(s: _Setting, compute: Compute, budget: Budget,
         cluster_name=name, node_ids=compute.node_ids, notice_id=budget.notice_id,
         region=cluster.region), opts=s.child)
 
-    # The windows start and stop the head node with the GPU nodes; idle stop only ever stops GPU nodes.
+    # Under Slurm power saving (components/slurm/power.py) slurmctld alone starts and stops the GPU nodes, and the
+    # run windows and idle stop live in the head node's configuration. Without Slurm the windows start and stop the
+    # head node with the GPU nodes, and idle stop only ever stops GPU nodes. (A Tencent budget only reminds.)
+    if power.plan_tags(spec) and head is not None:
+        head.allow_power(cluster.region, compute.node_ids)
     every_node = compute.node_ids + ([head.instance_id] if head else [])
-    if spec.schedule is not None or spec.idle_stop is not None:
+    if (spec.schedule is not None or spec.idle_stop is not None) and not power.plan_tags(spec):
         CostControls(f"{name}-cost-controls", CostControlArgs(
             cluster_name=name, region=cluster.region, node_ids=every_node, gpu_node_ids=compute.node_ids,
             tags=s.tags, schedule=spec.schedule, idle_stop=spec.idle_stop), opts=s.child)

@@ -18,7 +18,7 @@ from typing import Mapping, Optional, Sequence
 import pulumi
 import tencentcloud_iac_pulumi as tencentcloud
 
-from components.spec import Capacity, Purchase, node_is_spot
+from components.spec import NODE_TAG, Capacity, Purchase, node_is_spot
 
 HCC_CREATE_TIMEOUT = "60m"
 """How long `pulumi up` waits for an HCC node to reach RUNNING. The provider waits for RUNNING within the create
@@ -106,7 +106,10 @@ class ComputeArgs:
     capacity: Optional[Capacity] = None
     """capacity.type prepaid: monthly prepaid nodes (PREPAID, the term and its renewal)."""
     node_tags: Mapping[str, str] = field(default_factory=dict)
-    """Tags on the GPU node instances only (what the pricer reads: components/spec.py node_cost_tags)."""
+    """Tags on the GPU node instances only (what the pricer reads: components/spec.py node_cost_tags, and
+    components/slurm/power.py plan_tags)."""
+    slurm_powers: bool = False
+    """Slurm starts and stops the nodes (power saving): `pulumi up --refresh` must not start a stopped one."""
     cam_role_name: Optional[pulumi.Input[str]] = None
     """The nodes' instance role (scheduler slurm: read the munge key, publish the health metric); None: none."""
     after: Sequence[pulumi.Resource] = ()
@@ -154,7 +157,7 @@ class Compute(pulumi.ComponentResource):
         system_disk = self._system_disk(args)
         self.node_ids, self.private_ips = [], []
         for i in range(args.nodes):
-            node = self._node(i, args, prefix, {**tags, **args.node_tags}, scratch, system_disk)
+            node = self._node(i, args, prefix, {**tags, **args.node_tags, NODE_TAG: str(i)}, scratch, system_disk)
             self.node_ids.append(node.id)
             self.private_ips.append(node.private_ip)
             if i < len(args.data_disk_ids):
@@ -217,8 +220,12 @@ class Compute(pulumi.ComponentResource):
             # disk type is looked up at every run too (what the zone sells now), and a change to it resizes
             # the disk with ForceStop (resource_tc_instance.go v1.82.42 Update, system_disk_type →
             # ResizeInstanceDisks ForceStop=true): a node keeps the type it was created with.
+            # Under Slurm power saving a node is stopped and started by slurmctld: the provider's Read copies the
+            # instance's state into running_flag (STOPPED → false) and its Update starts or stops the instance to
+            # match (resource_tc_instance.go v1.82.42, running_flag), so a refresh would start a powered-down node.
             opts=pulumi.ResourceOptions(parent=self, ignore_changes=["imageId", "userDataRaw", "userData",
-                                                                     "systemDiskType"],
+                                                                     "systemDiskType"]
+                                        + (["runningFlag"] if args.slurm_powers else []),
                                         depends_on=list(args.after),
                                         custom_timeouts=pulumi.CustomTimeouts(create=HCC_CREATE_TIMEOUT) if args.hpc
                                         else None),

@@ -25,10 +25,12 @@ import pulumi
 import tencentcloud_iac_pulumi as tencentcloud
 
 from components.headnode import HEAD_INSTANCE_TYPES, HEAD_ROLE, ROLE_TAG
-from components.slurm import SlurmCluster, head_boot_config
+from components.slurm import SlurmCluster, head_boot_config, node_boot_parts
+from components.slurm.bundle import bundle_script, sha256 as bundle_sha256
 from components.tencentcloud import boot
 from components.tencentcloud.cam import service_role_document
 from components.tencentcloud.compute import SYSTEM_DISK_PREFERENCE, system_disk_type
+from components.tencentcloud.storage import private_bucket
 
 HEAD_INSTANCE_TYPE = HEAD_INSTANCE_TYPES["tencentcloud"]
 HEAD_FAMILY, HEAD_VCPU, HEAD_MEM_GIB = "S5", 4, 8
@@ -39,6 +41,9 @@ with a sentence (components/tencentcloud/compute.py system_disk_type)."""
 HEAD_SYSTEM_DISK_GB = 50
 """The head node's cloud system disk: the provider's default size (provider doc instance v1.82.42,
 system_disk_size: "Default is 50 GB")."""
+
+BOOT_PREFIX = "slurm/"
+"""Where a GPU node's Slurm boot (components/slurm/bundle.py) lies in the cluster's boot bucket."""
 
 SECRET_RECOVERY_DAYS = 0
 """A deleted munge-key secret goes at once (ssm_secret recovery_window_in_days: 0 = at once, 1-30 = days
@@ -63,10 +68,18 @@ class HeadArgs:
     lustre_source: Optional[pulumi.Input[str]] = None
     after: Sequence[pulumi.Resource] = ()
     """What must exist before the head node boots (the network's route and rules, Network.ready)."""
+    nodes: int = 0
+    """GPU nodes: each gets its Slurm boot as an object of the boot bucket (Head.node_boot)."""
 
 
 def secret_name(cluster_name: str) -> str:
     return f"{cluster_name}-munge-key"
+
+
+def boot_objects_resource(region: str, app_id: str, bucket: str) -> str:
+    """CAM resource of the objects under slurm/ in a bucket: qcs::cos:$region:uid/$appid:$bucket/$prefix* (COS
+    documentation, "Access Policy Language Overview", intl.cloud.tencent.com/document/product/436/18023)."""
+    return f"qcs::cos:{region}:uid/{app_id}:{bucket}/{BOOT_PREFIX}*"
 
 
 def secret_resource(region: str, owner_uin: str, creator_uin: str, name: str) -> str:
@@ -75,13 +88,30 @@ def secret_resource(region: str, owner_uin: str, creator_uin: str, name: str) ->
     return f"qcs::ssm:{region}:uin/{owner_uin}:secret/creatorUin/{creator_uin}/{name}"
 
 
-def policy_document(region: str, owner_uin: str, creator_uin: str, name: str, write: bool) -> str:
+def policy_document(region: str, owner_uin: str, creator_uin: str, name: str, write: bool,
+                    boot_objects: str = "") -> str:
     """The munge-key secret (read; the head node also puts its first value) and Cloud Monitor's
-    PutMonitorData for the health metric (operation level: the action takes no resource)."""
+    PutMonitorData for the health metric (operation level: the action takes no resource). With `boot_objects`
+    (the GPU nodes): GetObject on the boot bucket's Slurm boot objects, that COS resource only."""
     actions = ["name/ssm:GetSecretValue"] + (["name/ssm:PutSecretValue"] if write else [])
-    return json.dumps({"version": "2.0", "statement": [
+    statements = [
         {"effect": "allow", "action": actions, "resource": [secret_resource(region, owner_uin, creator_uin, name)]},
         {"effect": "allow", "action": ["name/monitor:PutMonitorData"], "resource": ["*"]},
+    ]
+    if boot_objects:
+        statements.append({"effect": "allow", "action": ["name/cos:GetObject"], "resource": [boot_objects]})
+    return json.dumps({"version": "2.0", "statement": statements}, sort_keys=True)
+
+
+def power_document(region: str, owner_uin: str, node_ids: Sequence[str]) -> str:
+    """Slurm power saving on the head node (components/slurm/power.py): find the GPU nodes by their tags
+    (DescribeInstances, a read of the account's instance list: its filters are what power-agent needs, and the
+    node ids are unknown when the head node's boot is written), and start and stop those instances only (CAM
+    resource qcs::cvm:<region>:uin/<owner>:instance/<id>: CVM documentation, "Authorizable Resource Types")."""
+    instances = [f"qcs::cvm:{region}:uin/{owner_uin}:instance/{i}" for i in node_ids]
+    return json.dumps({"version": "2.0", "statement": [
+        {"effect": "allow", "action": ["name/cvm:StartInstances", "name/cvm:StopInstances"], "resource": instances},
+        {"effect": "allow", "action": ["name/cvm:DescribeInstances"], "resource": ["*"]},
     ]}, sort_keys=True)
 
 
@@ -108,6 +138,8 @@ class Head(pulumi.ComponentResource):
             tags=tags, opts=child)
 
         user = tencentcloud.user.get_info_output(opts=pulumi.InvokeOutputOptions(parent=self))
+        self._user, self._prefix, self._roles = user, prefix, {}
+        self._boot_bucket(prefix, tags, args, user, child)
         head_role = self._role(prefix, "head", "the Slurm head node", args, user, write=True, child=child)
         node_role = self._role(prefix, "node", "the GPU nodes", args, user, write=False, child=child)
         self.node_role_name = node_role
@@ -166,6 +198,40 @@ class Head(pulumi.ComponentResource):
                                         ignore_changes=["imageId", "systemDiskType"],
                                         depends_on=list(args.after)))
 
+    def allow_power(self, region: str, node_ids: Sequence[pulumi.Input[str]]) -> None:
+        """Slurm power saving: the head node's role may start and stop the GPU nodes (power_document). Made after
+        the GPU nodes, whose ids it names; power-agent retries a refused call until then."""
+        child = pulumi.ResourceOptions(parent=self)
+        policy = tencentcloud.cam.Policy(
+            f"{self._prefix}-head-power-policy", name=f"{self._prefix}-head-power",
+            document=pulumi.Output.all(self._user.owner_uin, *node_ids).apply(
+                lambda v: power_document(region, v[0], v[1:])),
+            description=f"Slurm power saving: start and stop the GPU nodes of {self._prefix}", opts=child)
+        tencentcloud.cam.RolePolicyAttachment(f"{self._prefix}-head-power-attach", role_id=self._roles["head"].id,
+                                              policy_id=policy.id, opts=child)
+
+    def _boot_bucket(self, prefix: str, tags: dict[str, str], args: HeadArgs, user,
+                     child: pulumi.ResourceOptions) -> None:
+        """The private bucket holding each GPU node's Slurm boot (components/slurm/bundle.py), which its user data
+        fetches, and those objects: node_boot[i] is (bucket, key, SHA-256) for node i. A key names its content's
+        hash, so a changed boot is a new object, and a node keeps reading the one its user data names. A bucket like
+        the checkpoint bucket (private, versioned, encrypted, protected: the policy pack asks it of every bucket,
+        which it cannot tell apart), though it holds only generated files."""
+        self.boot_bucket = private_bucket(f"{prefix}-boot", user.app_id.apply(lambda appid: f"{prefix}-boot-{appid}"),
+                                          tags, pulumi.ResourceOptions(parent=self, protect=True))
+        self.boot_objects_resource = pulumi.Output.all(user.app_id, self.boot_bucket.bucket).apply(
+            lambda v: boot_objects_resource(args.region, v[0], v[1]))
+        self.node_boot: list[pulumi.Output] = []
+        self.boot_objects: list[tencentcloud.cos.BucketObject] = []
+        for i in range(args.nodes):
+            script = args.slurm.apply(lambda c, i=i: bundle_script(node_boot_parts(c, i), f"GPU node {c.node_name(i)}"))
+            key = script.apply(lambda text, i=i: f"{BOOT_PREFIX}{prefix}-node-{i}-{bundle_sha256(text)[:16]}.sh")
+            obj = tencentcloud.cos.BucketObject(f"{prefix}-node-{i}-slurm-boot", bucket=self.boot_bucket.bucket,
+                                                key=key, content=script, acl="private", opts=child)
+            self.boot_objects.append(obj)
+            self.node_boot.append(pulumi.Output.all(obj.bucket, obj.key, script).apply(
+                lambda v: (v[0], v[1], bundle_sha256(v[2]))))
+
     def _role(self, prefix: str, who: str, what: str, args: HeadArgs, user, write: bool,
               child: pulumi.ResourceOptions) -> pulumi.Output[str]:
         role = tencentcloud.cam.Role(f"{prefix}-{who}-role", name=f"{prefix}-{who}",
@@ -174,11 +240,13 @@ class Head(pulumi.ComponentResource):
                                      tags=dict(args.tags), opts=child)
         policy = tencentcloud.cam.Policy(
             f"{prefix}-{who}-policy", name=f"{prefix}-{who}",
-            document=pulumi.Output.all(user.owner_uin, user.uin).apply(
-                lambda v: policy_document(args.region, v[0], v[1], self.secret_name, write)),
+            document=pulumi.Output.all(user.owner_uin, user.uin, self.boot_objects_resource).apply(
+                lambda v: policy_document(args.region, v[0], v[1], self.secret_name, write,
+                                          boot_objects="" if write else v[2])),
             description=f"The munge-key secret and the health metric, for {what} of {prefix}", opts=child)
         attach = tencentcloud.cam.RolePolicyAttachment(f"{prefix}-{who}-attach", role_id=role.id,
                                                        policy_id=policy.id, opts=child)
+        self._roles[who] = role
         # The name the instances take, known only once the grant is attached: an instance reads the
         # munge key at first boot, and a refused read stops it.
         return pulumi.Output.all(role.name, attach.id).apply(lambda v: v[0])

@@ -8,6 +8,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from components.headnode import FIRST_JOB, HEAD_DATA_GB, HEAD_HOST_OFFSET, HEAD_INSTANCE_TYPES
+from components.slurm import power
+from components.slurm.oses import SLURM_RELEASE, slurm_os
+from components.tencentcloud.profile import TENCENTCLOUD
 from components.tiers import H100_COMPUTE
 
 if TYPE_CHECKING:
@@ -59,14 +62,23 @@ def _image_notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
                    "by Tencent's installer (cloud.tencent.com/document/product/560/112129; its file format is taken "
                    "from that page as others cite it, unconfirmed), which takes 15-25 minutes"
                    + ("; nvidia-fabricmanager follows for this NVSwitch shape" if shape.interconnect == "nvswitch" else ""))
+        if spec.scheduler == "slurm":
+            system = slurm_os(TENCENTCLOUD.slurm_os(spec))
+            out.append(f"scheduler: slurm on TencentOS — the head node and the GPU nodes install Slurm {SLURM_RELEASE} "
+                       f"from OpenHPC 2's EL 8 repository and libjwt from EPEL 8, each repository's signing key "
+                       f"trusted only with the fingerprint pinned in components/slurm/oses.py, so head and nodes run "
+                       f"one release; the nodes need egress (the NAT gateway) to repos.openhpc.community, Fedora's "
+                       f"EPEL mirrors, and GitHub or the OpenHPC repository for its key. Not verifiable offline: "
+                       + "; ".join(system.unconfirmed)
+                       + ". A node whose install fails never registers, and Slurm keeps its jobs off it")
     else:
         if spec.storage.lustre is not None:
             out.append(f"image_id={spec.image_id}: /lustre needs Tencent's CFS Turbo client to support the image's "
                        f"kernel; its compatibility list (CFS documentation, \"Using CFS Turbo on Linux clients\") "
                        f"names TencentOS Server 3.1 and not Ubuntu 22.04, and says nothing we could read of 24.04. "
                        f"Where it does not, the node boots without /lustre and its boot step "
-                       f"gpu-cluster-lustre-client says why (with Slurm, which needs Ubuntu 24.04 here, the spec "
-                       f"refuses the file system)")
+                       f"gpu-cluster-lustre-client says why (with Slurm, whose boot takes an own image to be "
+                       f"Ubuntu 24.04, the spec refuses the file system)")
         if shape.interconnect == "nvswitch":
             out.append(f"image_id={spec.image_id}: {shape.type} has NVSwitch, so the image must carry "
                        f"nvidia-fabricmanager of exactly its driver's version, enabled; the boot installs neither "
@@ -151,7 +163,17 @@ def slurm_notes(spec: "ClusterSpec") -> list[str]:
         "alarm policies take only cloud-product metrics (CreateAlarmPolicy MonitorType: \"Valid values: MT_QCE\": "
         "tencentcloud.com/document/api/248/39326; provider doc monitor_alarm_policy v1.82.42 has no other). A failing "
         "node is still drained in Slurm: `sinfo -R` on the head node names the reason",
+        f"scheduler: slurm — each GPU node's Slurm boot (its scripts and units, more than Tencent's 16 KB of user data "
+        f"holds) is an object of the private, encrypted bucket {spec.name}-boot-<appid>; the node's user data fetches "
+        f"it with its instance role (GetObject on that bucket's slurm/ objects only) and runs it only if its SHA-256 "
+        f"is the one the user data pins. The plan shows every file it writes. Like every bucket here it is protected: "
+        f"unprotect it before `pulumi destroy`",
+        "scheduler: slurm — Slurm power saving starts and stops the GPU nodes (the head node's power agent, with a "
+        "CAM policy that may start and stop those instances only, made after them); a node seen powered down in "
+        "Slurm with its instance running for 30 min (ResumeTimeout: longer than a first boot) is stopped, since it "
+        "bills with no job able to use it",
     ]
+    out += power.plan_notes(spec, "CVM StopInstances with STOP_CHARGING", "StartInstances", "Cloud Monitor alarm")
     if spec.storage.checkpoint_bucket:
         out.append("scheduler: slurm — only root reaches the metadata service on the head and GPU nodes (so no job can "
                    "read the munge key through the CAM role), and jobs get no role of their own on Tencent Cloud yet: "
@@ -163,14 +185,15 @@ def cost_control_notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
     """What stops what on Tencent Cloud, and what it cannot do."""
     out = []
     function = f"the SCF function {spec.name}-cost-controls"
-    if spec.schedule is not None:
+    slurm_powers = bool(power.plan_tags(spec))  # then the windows and idle stop are Slurm's (slurm_notes)
+    if spec.schedule is not None and not slurm_powers:
         nodes = "the nodes and the Slurm head node" if spec.scheduler == "slurm" else "the nodes"
         out.append(f"schedule: {function} starts {nodes} when a window opens and stops them with STOP_CHARGING when "
                    f"it closes ({'; '.join(spec.schedule.windows)}, {spec.schedule.timezone}); Tencent Cloud has no "
                    f"instance scheduler (cvm.ActionTimer only terminates), so a timer trigger runs it at each minute "
                    f"an edge can fall on; the nodes the first `pulumi up` creates outside a window run until the "
                    f"next stop")
-    if spec.idle_stop is not None:
+    if spec.idle_stop is not None and not slurm_powers:
         out.append(f"idle_stop: every 5 minutes {function} stops (STOP_CHARGING) a node whose Cloud Monitor GpuUtil "
                    f"stayed below {spec.idle_stop.gpu_util_below_pct} % in every 5-minute period of the last "
                    f"{spec.idle_stop.for_minutes} min; a node with missing data is never stopped")

@@ -71,13 +71,14 @@ class TencentCloudProfile(CloudProfile):
 
     def storage_problems(self, spec: "ClusterSpec", lustre: Optional["Lustre"]) -> list[str]:
         if lustre is not None and spec.scheduler == "slurm" and spec.image_id is not None:
-            # The Slurm boot installs Ubuntu 24.04's packages; the CFS Turbo client installs only on the default
-            # kernels of TencentOS Server 3.1/2.4/2.2, CentOS 7.2-7.9 and Ubuntu 16.04-20.04 (CFS documentation,
-            # "Using CFS Turbo on Linux clients": intl.cloud.tencent.com/document/product/582/40298).
-            return ["cluster.storage.lustre with scheduler: slurm on tencentcloud: Slurm here needs an Ubuntu 24.04 "
-                    "image_id, on which Tencent's CFS Turbo client does not install (it supports the default "
-                    "kernels of TencentOS Server 3.1, CentOS 7 and Ubuntu up to 20.04), so no node could mount "
-                    "/lustre and every node would be drained; allowed: storage.lustre: null with Slurm, or "
+            # On an own image the Slurm boot installs Ubuntu 24.04's packages (slurm_os); the CFS Turbo client installs
+            # only on the default kernels of TencentOS Server 3.1/2.4/2.2, CentOS 7.2-7.9 and Ubuntu 16.04-20.04 (CFS
+            # documentation, "Using CFS Turbo on Linux clients": intl.cloud.tencent.com/document/product/582/40298).
+            return [f"cluster.storage.lustre with scheduler: slurm and cluster.image_id={spec.image_id} on "
+                    "tencentcloud: on an own image the Slurm boot installs Ubuntu 24.04's packages, and Tencent's CFS "
+                    "Turbo client does not install there (it supports the default kernels of TencentOS Server 3.1, "
+                    "CentOS 7 and Ubuntu up to 20.04), so no node could mount /lustre and every node would be drained; "
+                    "allowed: image_id: null (TencentOS, with OpenHPC's Slurm), storage.lustre: null with Slurm, or "
                     "scheduler: none with the file system"]
         if lustre is not None and spec.network.existing_subnet_id:
             return ["cluster.storage.lustre with cluster.network.existing_subnet_id on tencentcloud: CFS Turbo "
@@ -98,22 +99,16 @@ class TencentCloudProfile(CloudProfile):
                 f"without local NVMe, or leave {key} out"
                 for key, on in (("schedule", spec.schedule is not None), ("idle_stop", spec.idle_stop is not None)) if on]
 
-    def slurm_by_default(self, spec: "ClusterSpec") -> bool:
-        """Only on an image the Slurm boot can install on (an Ubuntu `image_id`)."""
-        return spec.image_id is not None
+    def default_scheduler_note(self) -> str:
+        return ("scheduler: slurm is the default on tencentcloud since December 2026 (it was none on the default image): "
+                "a cluster deployed before, whose stack says nothing about scheduler, keeps nodes made without Slurm "
+                "(their user data is kept), which never join it and which the power agent would stop after 30 min; "
+                "set scheduler: none to keep such a cluster as it was (docs/clouds.md)")
 
-    def no_slurm_note(self) -> str:
-        return ("scheduler: none by default on tencentcloud's default image: the Slurm boot installs Ubuntu's "
-                "packages, which TencentOS Server 3.1 cannot; for Slurm set image_id to an Ubuntu 24.04 image "
-                "with the NVIDIA driver and scheduler: slurm")
-
-    def scheduler_problems(self, spec: "ClusterSpec") -> list[str]:
-        if spec.scheduler == "slurm" and not self.slurm_by_default(spec) and "scheduler" in spec.model_fields_set:
-            return ["cluster.scheduler='slurm' on tencentcloud needs cluster.image_id: the Slurm boot installs "
-                    "Ubuntu's packages (slurmctld, slurmd, python3-venv), which dnf on the default TencentOS "
-                    "Server 3.1 image cannot install; allowed: image_id set to an Ubuntu 24.04 image with the "
-                    "NVIDIA driver, or scheduler: none"]
-        return []
+    def slurm_os(self, spec: "ClusterSpec") -> str:
+        """The default image, TencentOS Server 3.1, gets Slurm from OpenHPC 2 (components/slurm/oses.py); a stack's
+        own image_id is an Ubuntu 24.04 image with the NVIDIA driver (README, "Your own image")."""
+        return "el8-openhpc" if spec.image_id is None else "ubuntu-24.04"
 
     def filled_network(self, network: "Network") -> "Network":
         if network.egress_mbps is None:

@@ -102,21 +102,8 @@ class Storage(pulumi.ComponentResource):
         if args.checkpoint_bucket:
             # COS bucket names end in the account's APPID ("[custom name]-[appid]", provider doc cos_bucket).
             app_id = tencentcloud.user.get_info_output(opts=pulumi.InvokeOutputOptions(parent=self)).app_id
-            bucket = tencentcloud.cos.Bucket(
-                f"{prefix}-checkpoints",
-                bucket=app_id.apply(lambda appid: f"{prefix}-checkpoints-{appid}"),
-                acl="private",
-                versioning_enable=True,
-                encryption_algorithm="AES256",
-                lifecycle_rules=[
-                    {"id": "abort-incomplete-uploads", "filter_prefix": "",
-                     "abort_incomplete_multipart_upload": {"days_after_initiation": _ABORT_UPLOADS_DAYS}},
-                    {"id": "expire-old-versions", "filter_prefix": "",
-                     "non_current_expiration": {"non_current_days": _NONCURRENT_VERSION_DAYS}},
-                ],
-                tags=tags,
-                opts=keep,
-            )
+            bucket = private_bucket(f"{prefix}-checkpoints", app_id.apply(lambda appid: f"{prefix}-checkpoints-{appid}"),
+                                    tags, keep)
             self.bucket = bucket.bucket
 
         self.data_disk_ids = []
@@ -173,3 +160,24 @@ class Storage(pulumi.ComponentResource):
         # driver mounts ("%s@tcp0:/%s/%s" of the server, the FSID and "cfs", "a hard limit": TencentCloud/
         # kubernetes-csi-tencentcloud driver/cfsturbo/node.go, NodeStageVolume, lustre protocol).
         self.mount_target = pulumi.Output.all(fs.id, fs.mount_ip, fs.fs_id).apply(lambda v: turbo_source(*v))
+
+
+def private_bucket(name: str, bucket: pulumi.Input[str], tags: dict[str, str],
+                   opts: pulumi.ResourceOptions) -> tencentcloud.cos.Bucket:
+    """A private, versioned, encrypted COS bucket whose old versions and abandoned uploads expire (the checkpoint
+    bucket, and the Slurm boot bucket: components/tencentcloud/head.py). `opts` protects it."""
+    return tencentcloud.cos.Bucket(
+        name,
+        bucket=bucket,
+        acl="private",
+        versioning_enable=True,
+        encryption_algorithm="AES256",
+        lifecycle_rules=[
+            {"id": "abort-incomplete-uploads", "filter_prefix": "",
+             "abort_incomplete_multipart_upload": {"days_after_initiation": _ABORT_UPLOADS_DAYS}},
+            {"id": "expire-old-versions", "filter_prefix": "",
+             "non_current_expiration": {"non_current_days": _NONCURRENT_VERSION_DAYS}},
+        ],
+        tags=tags,
+        opts=opts,
+    )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Optional
 
-from components.slurm.power import IDLE_MINUTES_TAG, POWER_TAG, RUN_HOURS_TAG
+from gpu_cluster.bills import slurm as slurm_power
 from gpu_cluster.plan import Plan, Resource, number
 from gpu_cluster.pricebook import NO_KEY
 from gpu_cluster.pricing import HOURS_PER_MONTH, WEEKS_PER_MONTH, LineItem, Pricer, weekly_hours
@@ -30,11 +30,9 @@ BLOCK_COUNT_TAG = "gpu-cluster:block-count"
 def scheduled_hours(plan: Plan) -> tuple[Optional[float], Optional[set[str]]]:
     """Hours a month the scheduled instances run, and their ids (None: every instance of the plan): the run
     windows' EventBridge schedules, or, where Slurm powers the nodes, the hours a week their tag declares."""
-    slurm = _slurm_powered(plan, RUN_HOURS_TAG)
-    if slurm:
-        weekly = {number(r.props["tags"][RUN_HOURS_TAG]) for r in slurm}
-        if len(weekly) == 1 and None not in weekly:
-            return weekly.pop() * WEEKS_PER_MONTH, {i for r in slurm for i in (r.id, r.outputs.get("id")) if i}
+    slurm = slurm_power.scheduled_hours(plan, AWS_INSTANCE)
+    if slurm is not None:
+        return slurm
     crons, ids, known = [], set(), True
     for r in plan.of_type(AWS_SCHEDULE):
         target = r.props.get("target") or {}
@@ -49,12 +47,6 @@ def scheduled_hours(plan: Plan) -> tuple[Optional[float], Optional[set[str]]]:
             known = False
     weekly = weekly_hours(crons)
     return (None, None) if weekly is None else (weekly * WEEKS_PER_MONTH, ids if known and ids else None)
-
-
-def _slurm_powered(plan: Plan, tag: str) -> list[Resource]:
-    """The instances Slurm starts and stops (components/slurm/power.py plan_tags) that carry `tag`."""
-    return [r for r in plan.of_type(AWS_INSTANCE) if isinstance(r.props.get("tags"), dict)
-            and r.props["tags"].get(POWER_TAG) == "slurm" and tag in r.props["tags"]]
 
 
 def _lines(p: Pricer, plan: Plan) -> None:
@@ -192,7 +184,7 @@ class AwsBill:
     def price(self, p: Pricer, plan: Plan) -> None:
         _lines(p, plan)
         idle = any(any(str(a).endswith(":ec2:stop") for a in r.props.get("alarmActions") or [])
-                   for r in plan.of_type(AWS_ALARM)) or bool(_slurm_powered(plan, IDLE_MINUTES_TAG))
+                   for r in plan.of_type(AWS_ALARM)) or slurm_power.idle_stops(plan, AWS_INSTANCE)
         p.controls(plan, idle, budget_cap(plan))
 
 

@@ -7,6 +7,7 @@ import json
 from typing import Optional
 
 from components import run_windows
+from gpu_cluster.bills import slurm as slurm_power
 from gpu_cluster.plan import Plan, Resource, number
 from gpu_cluster.pricebook import NO_KEY
 from gpu_cluster.pricing import HOURS_PER_MONTH, WEEKS_PER_MONTH, Pricer, weekly_hours
@@ -37,8 +38,14 @@ def cost_controls_config(function: Resource, plan: Plan) -> Optional[dict]:
 
 
 def scheduled_hours(plan: Plan) -> tuple[Optional[float], Optional[set[str]], bool]:
-    """Hours a month the cost-controls function keeps its nodes running, their ids, and whether it
-    stops idle nodes (its configuration: components/tencentcloud/costcontrol.py)."""
+    """Hours a month the nodes run, their ids, and whether idle nodes are stopped: Slurm's, where it powers the
+    nodes (their tags), else the cost-controls function's (its configuration: components/tencentcloud/costcontrol.py)."""
+    slurm_idle = slurm_power.idle_stops(plan, TC_INSTANCE)
+    slurm = slurm_power.scheduled_hours(plan, TC_INSTANCE)
+    if slurm is not None:
+        return slurm[0], slurm[1], slurm_idle
+    if slurm_idle:
+        return None, None, True
     for r in plan.of_type(TC_FUNCTION):
         # A plan without the configuration is priced as if the nodes ran all month.
         config = cost_controls_config(r, plan)

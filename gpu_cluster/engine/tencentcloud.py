@@ -46,6 +46,9 @@ def _uuid(digest: str) -> str:
 IDS_FROM_INPUTS: dict[str, Callable[[dict, str], Optional[str]]] = {
     # d.SetId(bucket): the bucket's name with its appid (resource_tc_cos_bucket.go Create)
     "tencentcloud:Cos/bucket:Bucket": lambda inputs, _: inputs.get("bucket"),
+    # d.SetId(bucket + key) (resource_tc_cos_bucket_object.go Create)
+    "tencentcloud:Cos/bucketObject:BucketObject": lambda inputs, _: (
+        inputs["bucket"] + inputs["key"] if inputs.get("bucket") and inputs.get("key") else None),
     # d.SetId("<namespace>+<name>"), namespace defaulting to "default" (resource_tc_scf_function.go)
     "tencentcloud:Scf/function:Function": lambda inputs, _: (
         f"{inputs.get('namespace') or 'default'}+{inputs['name']}" if inputs.get("name") else None),

@@ -29,7 +29,7 @@ What it does, in order (each step prints PASS/FAIL; the first failure stops the 
      drained, its job requeued, rebooted once, then powered down and started again on "new hardware",
      and the requeued job runs there (replace and requeue).
   8. A Tencent configuration: the slurm.conf, gres.conf and cgroup.conf generated for an HCCPNV6 (8 × H20)
-     cluster, which has no power saving, run by the same slurmctld and slurmd on a fresh state directory:
+     cluster on TencentOS (OpenHPC's Slurm), run by the same slurmctld and slurmd on a fresh state directory:
      the node registers with gpu:h20:8 and a job asking for eight H20s gets them (tencent_configuration()).
   9. Stops every daemon it started and removes the temporary directory.
 
@@ -151,7 +151,10 @@ def localize_gres(gres: str, root: Path) -> str:
 
 def localize_cgroup(cgroup: str) -> str:
     """cgroup.conf: this kernel mounts cgroup v1 (hybrid), on which Slurm's cgroup/v2 plugin
-    refuses to start ("Hybrid mode is not supported"); v1 here, nothing else changed."""
+    refuses to start ("Hybrid mode is not supported"); v1 here, nothing else changed. `autodetect` (the
+    TencentOS configuration: components/slurm/oses.py) picks v1 here by itself and is kept."""
+    if re.search(r"^CgroupPlugin=autodetect$", cgroup, flags=re.M):
+        return cgroup
     out, n = re.subn(r"^CgroupPlugin=cgroup/v2$", "CgroupPlugin=cgroup/v1", cgroup, flags=re.M)
     if n == 0:
         raise Failure("localize_cgroup: no CgroupPlugin=cgroup/v2 in the generated cgroup.conf")
@@ -533,20 +536,23 @@ class Harness:
         self.tencent_configuration()
 
     def tencent_configuration(self) -> None:
-        """The slurm.conf, gres.conf and cgroup.conf generated for a Tencent HCC stack (8 × H20; no power saving,
-        none is built for Tencent), run by the same real Slurm on a fresh state directory: the node registers
-        with its gres, and a job gets all eight GPUs. The node's own files stay those the AWS run wrote (the
-        Tencent boot differs in its cloud calls, which the tests under tests/ cover with stubs)."""
+        """The slurm.conf, gres.conf and cgroup.conf generated for a Tencent HCC stack on its default image (8 × H20,
+        TencentOS with OpenHPC's Slurm: cgroup autodetect; the same power saving as on AWS), run by the same real
+        Slurm on a fresh state directory: the node registers with its gres, and a job gets all eight GPUs. The
+        node's own files stay those the AWS run wrote (the Tencent boot differs in its cloud calls and package
+        install, which the tests under tests/ cover with stubs)."""
         for name in ("slurmd", "power-agent", "slurmctld"):
             self.stop(name)
         self.slurmd_cmd_before, self.slurmd_cmd = self.slurmd_cmd, []  # no EC2 to play from here on
         tc = dataclasses.replace(
             self.cluster, cloud="tencentcloud", region="ap-shanghai",
             shape=catalog.shape("tencentcloud", "HCCPNV6.96XLARGE2304"), lustre=False, job_credentials=False,
-            job_role="", suspend_after_s=None, windows=(), state_dir=f"{self.paths.data}/slurm/state-tencent")
+            job_role="", suspend_after_s=None, windows=(), state_dir=f"{self.paths.data}/slurm/state-tencent",
+            os="el8-openhpc")
         generated = slurm_conf(tc)
-        check("SuspendProgram" not in generated and "ResumeProgram" not in generated,
-              "tencent: the generated slurm.conf has no power saving (none is built for Tencent)")
+        check("SuspendProgram=" in generated and "ResumeProgram=" in generated,
+              "tencent: the generated slurm.conf has Slurm power saving, as on AWS")
+        check("CgroupPlugin=autodetect" in cgroup_conf(tc), "tencent: cgroup.conf leaves the hierarchy to autodetect")
         self.conf.write_text(localize(generated, self.root, self.hostname, os.cpu_count() or 1, self.ports))
         Path(self.paths.slurm_etc, "gres.conf").write_text(localize_gres(gres_conf(tc), self.root))
         Path(self.paths.slurm_etc, "cgroup.conf").write_text(localize_cgroup(cgroup_conf(tc)))
