@@ -24,7 +24,7 @@ from pulumi.runtime.stack import run_pulumi_func
 from components.spec import Cluster
 from gpu_cluster import contracts
 from gpu_cluster.engine import GpuClusterMocks, RecordingMonitor, Registration, resolve
-from gpu_cluster.sdk_compat import sync_await, without_stack_traces
+from gpu_cluster.sdk_compat import ensure_event_loop, sync_await, without_stack_traces
 # The stack file, read and validated without the SDKs (re-exported: the commands and tests use them here).
 from gpu_cluster.stackfile import (CLUSTER_KEY, OUR_KEYS, PROJECT, ROOT, SAMPLE_STACKS, STACK_NAME,  # noqa: F401
                                    STACKS_DIR, StackFile, StackFileError, read_stack_file, stack_name_of,
@@ -101,6 +101,15 @@ def _offline():
             os.environ[OFFLINE_RENDER_ENV] = before
 
 
+def _unretrieved_quietly(loop: Any, context: dict) -> None:
+    """A failed render leaves Outputs whose futures hold the exception nobody awaits; asyncio would print each with
+    its traceback when it is collected ("Future exception was never retrieved"), after the caller has already said
+    in one sentence what failed. Those are dropped; anything else goes to asyncio's own handler."""
+    if str(context.get("message", "")).startswith("Future exception was never retrieved"):
+        return
+    loop.default_exception_handler(context)
+
+
 def render(stack_file: StackFile, program: Path = MAIN) -> Rendered:
     """Run `program` under the recording mocks with the stack file's config."""
     cluster = validate(stack_file)
@@ -110,6 +119,7 @@ def render(stack_file: StackFile, program: Path = MAIN) -> Rendered:
     pulumi.runtime.set_all_config(_config_strings(stack_file.config), [])
     pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack_file.stack, preview=False,
                              monitor=monitor, logger=_QUIET)
+    ensure_event_loop().set_exception_handler(_unretrieved_quietly)
     with without_stack_traces(), _offline():
         sync_await(run_pulumi_func(lambda: runpy.run_path(str(program), run_name="__main__")))
     problems = list(mocks.problems)

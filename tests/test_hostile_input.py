@@ -5,6 +5,8 @@ in one sentence (docs/architecture.md, "Stack file"; README, exit statuses)."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -306,3 +308,23 @@ def test_a_hostile_email_address_is_refused_by_its_length_and_never_backtracks()
     assert _EMAIL.pattern.count("[^@\\s.]") == 2 and "(?:\\.[^@\\s.]+)+" in _EMAIL.pattern
     assert [bool(_EMAIL.match(a)) for a in ("x@" + "." * 250 + "@", "a@b.c", "first.last@sub.example.co.uk", "a@b.")] == [
         False, True, True, False]
+
+
+def test_a_program_that_fails_under_the_mocks_is_one_sentence_and_no_traceback():
+    """A render that fails inside an Output's apply (found when Tencent user data outgrew its limit) leaves the
+    registrations that waited on it holding the error; when `plan` renders the next stack in the same process,
+    asyncio printed each with its traceback ("Future exception was never retrieved"), hundreds of lines after
+    the one sentence that said what failed. Here the limit is lowered so that the render fails the same way."""
+    script = ("import gc\n"
+              "import components.cloudinit as cloudinit\n"
+              "from gpu_cluster.render import read_stack_file, render, stack_path\n"
+              "limit, cloudinit.USER_DATA_LIMIT = cloudinit.USER_DATA_LIMIT, 1000\n"
+              "for stack in ('aws-entry', 'tencent-entry'):\n"
+              "    try:\n        render(read_stack_file(stack_path(stack)))\n"
+              "    except Exception as e:\n        print('failed:', type(e).__name__)\n"
+              "cloudinit.USER_DATA_LIMIT = limit\n"
+              "render(read_stack_file(stack_path('tencent-scheduled')))\n"
+              "gc.collect()\nprint('rendered')\n")
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert "failed: RunError" in out.stdout and "rendered" in out.stdout, out.stderr[-2000:]
+    assert "Traceback" not in out.stderr and "never retrieved" not in out.stderr, out.stderr[-2000:]
