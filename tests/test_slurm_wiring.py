@@ -108,7 +108,7 @@ def test_every_sample_stack_has_one_head_node_and_a_munge_secret_with_no_value(s
     assert not plan.of_type(*SECRET_VALUES), "the key is made on the head node, never by the stack"
     assert keylike(doc) == set()
     # Every boot script names the secret and reads it at boot; none carries a value.
-    scripts = [content for f in [files(boot_document(head)), *node_file_sets(plan, stack)]
+    scripts = [content for f in [node_files(plan, head), *node_file_sets(plan, stack)]
                for p, content in f.items() if p.endswith("/munge-key")]
     assert len(scripts) == 1 + len(node_documents(plan, stack))
     assert all(f"SECRET_ID='{name}-munge-key'\n" in s for s in scripts)
@@ -132,7 +132,7 @@ def test_the_key_search_finds_a_key_where_there_is_one():
 @pytest.mark.parametrize("stack", ["aws-large", "tencent-large"])
 def test_a_two_node_large_plan_declares_16_gpus_as_gres(stack, slurm_plan):
     plan = slurm_plan(stack)
-    head_files = files(boot_document(head_node(plan, instance_type(stack))))
+    head_files = node_files(plan, head_node(plan, instance_type(stack)))
     conf, gres = head_files["/etc/slurm/slurm.conf"], head_files["/etc/slurm/gres.conf"]
     declared = 0
     for line in conf.splitlines():
@@ -350,7 +350,7 @@ def test_outputs_say_how_to_reach_the_head_node_and_submit_the_first_job(stack, 
         assert "tccli tat RunCommand --region ap-shanghai" in out["connect_head"]
         assert out["munge_secret"] == "tc-large-munge-key"
     # The job the output names is one the head node ships.
-    assert "/opt/gpu-cluster/jobs/nccl-allreduce.sbatch" in files(boot_document(head_node(slurm_plan(stack),
+    assert "/opt/gpu-cluster/jobs/nccl-allreduce.sbatch" in node_files(slurm_plan(stack), (head_node(slurm_plan(stack),
                                                                                      instance_type(stack))))
 
 
@@ -402,7 +402,7 @@ def test_tencent_samples_on_the_default_image_run_slurm_from_openhpc(stack, samp
     plan = sample_plan(stack)
     head = head_node(plan, TC_INSTANCE)
     assert plan.of_type(TC_SECRET) and head.name.endswith("-head")
-    head_install = files(boot_document(head))["/usr/local/sbin/gpu-cluster-slurm-packages"]
+    head_install = node_files(plan, head)["/usr/local/sbin/gpu-cluster-slurm-packages"]
     assert f"slurm-slurmctld-ohpc-{SLURM_RELEASE} " in head_install
     for own in node_file_sets(plan, stack):
         install = own["/usr/local/sbin/gpu-cluster-slurm-packages"]

@@ -148,20 +148,28 @@ def test_the_node_fetches_its_boot_with_its_role_checks_the_hash_and_runs_it(tmp
     assert "is not the Slurm boot this node was made with" in r.stderr
 
 
-def test_every_tencent_node_pins_the_object_it_fetches_and_only_its_role_may_read_it(sample_plan):
+def test_every_tencent_machine_pins_the_object_it_fetches(sample_plan):
+    """Each GPU node, and the head node, names its own Slurm boot object and pins its hash; the key names the hash."""
     plan = sample_plan("tencent-large")
     objects = {o.inputs["key"]: o for o in plan.of_type(OBJECT)}
     nodes = sorted(gpu_nodes(plan, TC_INSTANCE), key=lambda r: r.name)
-    assert len(objects) == len(nodes) == 2
-    for i, node in enumerate(nodes):
-        document = decode(node.inputs["userData"])
+    [head] = [r for r in plan.of_type(TC_INSTANCE) if r not in nodes]
+    assert len(objects) == len(nodes) + 1 == 3
+    for name, machine in [*((f"node-{i}", n) for i, n in enumerate(nodes)), ("head", head)]:
+        document = decode(machine.inputs["userData"])
         [key] = set(re.findall(r" (slurm/\S+\.sh) ", document))
-        obj = objects[key]
-        assert key.startswith(f"slurm/tc-large-node-{i}-") and key[-19:-3] == sha256(obj.inputs["content"])[:16]
+        obj = objects.pop(key)
+        assert key.startswith(f"slurm/tc-large-{name}-") and key[-19:-3] == sha256(obj.inputs["content"])[:16]
         assert f"{sha256(obj.inputs['content'])}  $work/slurm-boot" in document
         assert obj.inputs["acl"] == "private" and obj.inputs["bucket"] == "tc-large-boot-1250000000"
-        assert f"NODE_INDEX='{i}'" in unpack(obj.inputs["content"])["/opt/gpu-cluster/bin/node-identity"]
-        assert node.inputs["camRoleName"] == "tc-large-node"
+        files = unpack(obj.inputs["content"])
+        if name == "head":
+            assert "/etc/slurm/slurm.conf" in files and machine.inputs["camRoleName"] == "tc-large-head"
+        else:
+            assert f"NODE_INDEX='{name[-1]}'" in files["/opt/gpu-cluster/bin/node-identity"]
+            assert machine.inputs["camRoleName"] == "tc-large-node"
+        assert machine.dependencies and any(obj.urn == d for d in machine.dependencies)
+    assert not objects
     [bucket] = [b for b in plan.of_type("tencentcloud:Cos/bucket:Bucket") if b.name == "tc-large-boot"]
     assert bucket.protect and bucket.inputs["acl"] == "private" and bucket.inputs["encryptionAlgorithm"] == "AES256"
 

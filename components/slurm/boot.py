@@ -351,34 +351,43 @@ def _head_install(c: SlurmCluster) -> tuple[tuple[str, ...], tuple[Step, ...]]:
                     + (WINDOW_PACKAGES if c.power_saving and c.windows else ()))
 
 
-def head_boot_config(c: SlurmCluster, *, lustre: Optional[LustreMount] = None, data_disk: Optional[DataDisk] = None,
-                     disk_model: Optional[str] = None) -> BootConfig:
-    """The head node's whole BootConfig: its host name (= SlurmctldHost's name), /lustre when the
-    cluster has one, the persistent data disk at /data holding slurmctld's state, slurmctld.
-    `data_disk` (how the boot finds it: cloudinit.DataDisk) is required when state_dir is under /data
-    (the default); `lustre` carries the cloud's mount source and client install."""
-    if c.state_dir.startswith(c.paths.data + "/") and data_disk is None:
-        raise ValueError(f"slurmctld state {c.state_dir} is on /data: give the head node a data disk")
-    if c.lustre and lustre is None:
-        raise ValueError("the cluster has /lustre: pass its mount (lustre)")
+def head_boot_parts(c: SlurmCluster) -> BootParts:
+    """What Slurm adds to the head node's boot: packages, its files, and the commands that start slurmctld (and,
+    where Slurm powers the GPU nodes, the power agent and the run windows' timer)."""
     packages, steps = _head_install(c)
-    return BootConfig(
-        nvme_devices=0, nvme_model=None, scratch="none", disk_model=disk_model,
-        lustre=lustre, data_disk=data_disk, packages=packages, steps=steps,
-        files=head_files(c),
+    return BootParts(
+        packages=packages, files=head_files(c), steps=steps,
         commands=(("systemctl", "daemon-reload"),
                   ("systemctl", "enable", "--now", GUARD_UNIT),
                   ("systemctl", "enable", "--now", HEAD_SETUP_UNIT),
                   ("systemctl", "enable", "--now", "slurmctld.service"),
                   *((("systemctl", "enable", "--now", POWER_AGENT_UNIT),) if c.power_saving else ()),
-                  *((("systemctl", "enable", "--now", WINDOW_TIMER),) if c.power_saving and c.windows else ())),
-        hostname=c.head_name,
-    )
+                  *((("systemctl", "enable", "--now", WINDOW_TIMER),) if c.power_saving and c.windows else ())))
+
+
+def head_base_config(c: SlurmCluster, *, lustre: Optional[LustreMount] = None, data_disk: Optional[DataDisk] = None,
+                     disk_model: Optional[str] = None) -> BootConfig:
+    """The head node's BootConfig without Slurm's parts: its host name (= SlurmctldHost's name), /lustre when the
+    cluster has one, the persistent data disk at /data holding slurmctld's state. `data_disk` (how the boot finds
+    it: cloudinit.DataDisk) is required when state_dir is under /data (the default); `lustre` carries the cloud's
+    mount source and client install."""
+    if c.state_dir.startswith(c.paths.data + "/") and data_disk is None:
+        raise ValueError(f"slurmctld state {c.state_dir} is on /data: give the head node a data disk")
+    if c.lustre and lustre is None:
+        raise ValueError("the cluster has /lustre: pass its mount (lustre)")
+    return BootConfig(nvme_devices=0, nvme_model=None, scratch="none", disk_model=disk_model, lustre=lustre,
+                      data_disk=data_disk, hostname=c.head_name)
+
+
+def head_boot_config(c: SlurmCluster, *, lustre: Optional[LustreMount] = None, data_disk: Optional[DataDisk] = None,
+                     disk_model: Optional[str] = None) -> BootConfig:
+    """The head node's whole BootConfig: head_base_config with head_boot_parts."""
+    return with_slurm(head_base_config(c, lustre=lustre, data_disk=data_disk, disk_model=disk_model),
+                      head_boot_parts(c))
 
 
 def all_scripts(c: SlurmCluster, node_index: Optional[int] = None) -> dict[str, str]:
     """Every generated bash script (head and node, jobs included), by a unique label."""
     out = {f"node:{p}": s for p, s in node_boot_parts(c, node_index).scripts().items()}
-    out.update({f"head:{f['path']}": f["content"] for f in head_files(c) if f["content"].startswith("#!/bin/bash")})
-    out.update({f"head:{SBIN}/{step.name}": step.script for step in _head_install(c)[1]})
+    out.update({f"head:{p}": s for p, s in head_boot_parts(c).scripts().items()})
     return out

@@ -7,6 +7,7 @@ layout come from `components/cloudinit.py`.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shlex
 from typing import Optional
@@ -258,3 +259,12 @@ def slurm_fetch_step(*, bucket: str, key: str, sha256: str, region: str, role: s
         .replace("{bucket}", bucket).replace("{region}", region).replace("{key}", key).replace("{role}", role)
         .replace("{sha256}", sha256).replace("{tries}", str(SLURM_FETCH_TRIES))
         .replace("{retry}", str(SLURM_FETCH_RETRY_S))))
+
+
+def with_slurm_boot(base: BootConfig, packages: tuple[str, ...], boot_object: tuple[str, str, str], region: str,
+                    role: str) -> BootConfig:
+    """`base` (a node's or the head node's own boot) plus its Slurm part from the boot bucket: the packages cloud-init
+    installs, then the step that fetches and runs the rest (slurm_fetch_step)."""
+    bucket, key, sha = boot_object
+    return dataclasses.replace(base, packages=tuple(base.packages) + tuple(packages), steps=tuple(base.steps) + (
+        slurm_fetch_step(bucket=bucket, key=key, sha256=sha, region=region, role=role),))

@@ -15,7 +15,7 @@ import pulumi
 import tencentcloud_iac_pulumi as tencentcloud
 
 from components.headnode import HEAD_DATA_GB, head_address, submit_command
-from components.slurm import BootParts, from_spec, node_boot_parts, power, with_slurm
+from components.slurm import from_spec, node_boot_parts, power
 from components.spec import Cluster, ClusterSpec, node_cost_tags
 from components.tencentcloud.profile import turbo_type
 from components.tencentcloud import boot
@@ -148,11 +148,8 @@ def _node_user_data(s: _Setting, storage: Storage, head: Optional[Head],
         node_boot = boot.boot_config(shape=shape, scratch=spec.storage.scratch, lustre_source=lustre_source,
                                      install_driver=install_driver, data_disk_id=disk_id)
         if slurm_input is not None:
-            bucket, key, sha256 = boot_object
-            node_boot = with_slurm(node_boot, BootParts(
-                packages=node_boot_parts(slurm_input, i).packages, files=(), commands=(),
-                steps=(boot.slurm_fetch_step(bucket=bucket, key=key, sha256=sha256, region=s.cluster.region,
-                                             role=role),)))
+            node_boot = boot.with_slurm_boot(node_boot, node_boot_parts(slurm_input, i).packages, boot_object,
+                                             s.cluster.region, role)
         return boot.user_data(node_boot, f"{name}-node-{i}")
 
     user_data = []

@@ -25,7 +25,8 @@ import pulumi
 import tencentcloud_iac_pulumi as tencentcloud
 
 from components.headnode import HEAD_INSTANCE_TYPES, HEAD_ROLE, ROLE_TAG
-from components.slurm import SlurmCluster, head_boot_config, node_boot_parts
+from components.slurm import SlurmCluster, node_boot_parts
+from components.slurm.boot import head_base_config, head_boot_parts
 from components.slurm.bundle import bundle_script, sha256 as bundle_sha256
 from components.tencentcloud import boot
 from components.tencentcloud.cam import service_role_document
@@ -91,8 +92,8 @@ def secret_resource(region: str, owner_uin: str, creator_uin: str, name: str) ->
 def policy_document(region: str, owner_uin: str, creator_uin: str, name: str, write: bool,
                     boot_objects: str = "") -> str:
     """The munge-key secret (read; the head node also puts its first value) and Cloud Monitor's
-    PutMonitorData for the health metric (operation level: the action takes no resource). With `boot_objects`
-    (the GPU nodes): GetObject on the boot bucket's Slurm boot objects, that COS resource only."""
+    PutMonitorData for the health metric (operation level: the action takes no resource). With `boot_objects`:
+    GetObject on the boot bucket's Slurm boot objects, that COS resource only."""
     actions = ["name/ssm:GetSecretValue"] + (["name/ssm:PutSecretValue"] if write else [])
     statements = [
         {"effect": "allow", "action": actions, "resource": [secret_resource(region, owner_uin, creator_uin, name)]},
@@ -161,9 +162,12 @@ class Head(pulumi.ComponentResource):
             cbs_filter={"disk_charge_type": "POSTPAID_BY_HOUR", "disk_usage": "SYSTEM_DISK",
                         "disk_types": list(SYSTEM_DISK_PREFERENCE)},
             opts=pulumi.InvokeOutputOptions(parent=self))
-        user_data = pulumi.Output.all(args.slurm, args.lustre_source, args.data_disk_id).apply(
-            lambda v: boot.user_data(head_boot_config(v[0], lustre=boot.lustre_mount(v[1]),
-                                                      data_disk=boot.data_disk(v[2])), f"head node {prefix}-head"))
+        user_data = pulumi.Output.all(args.slurm, args.lustre_source, args.data_disk_id, self.head_boot,
+                                      head_role).apply(lambda v: boot.user_data(boot.with_slurm_boot(
+                                          head_base_config(v[0], lustre=boot.lustre_mount(v[1]),
+                                                           data_disk=boot.data_disk(v[2])),
+                                          head_boot_parts(v[0]).packages, v[3], args.region, v[4]),
+                                          f"head node {prefix}-head"))
         return tencentcloud.instance.Instance(
             f"{prefix}-head",
             instance_name=f"{prefix}-head",
@@ -196,7 +200,7 @@ class Head(pulumi.ComponentResource):
             # (the system disk type, looked up at every run, would force-stop the head to resize: kept as created)
             opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True,
                                         ignore_changes=["imageId", "systemDiskType"],
-                                        depends_on=list(args.after)))
+                                        depends_on=[*args.after, *self.boot_objects]))
 
     def allow_power(self, region: str, node_ids: Sequence[pulumi.Input[str]]) -> None:
         """Slurm power saving: the head node's role may start and stop the GPU nodes (power_document). Made after
@@ -212,8 +216,9 @@ class Head(pulumi.ComponentResource):
 
     def _boot_bucket(self, prefix: str, tags: dict[str, str], args: HeadArgs, user,
                      child: pulumi.ResourceOptions) -> None:
-        """The private bucket holding each GPU node's Slurm boot (components/slurm/bundle.py), which its user data
-        fetches, and those objects: node_boot[i] is (bucket, key, SHA-256) for node i. A key names its content's
+        """The private bucket holding each machine's Slurm boot (components/slurm/bundle.py), which its user data
+        fetches, and those objects: node_boot[i] is (bucket, key, SHA-256) for node i, head_boot the head node's (its
+        user data is near Tencent's 16 KB too, and a change of it replaces the head node, as before). A key names its
         hash, so a changed boot is a new object, and a node keeps reading the one its user data names. A bucket like
         the checkpoint bucket (private, versioned, encrypted, protected: the policy pack asks it of every bucket,
         which it cannot tell apart), though it holds only generated files."""
@@ -221,16 +226,20 @@ class Head(pulumi.ComponentResource):
                                           tags, pulumi.ResourceOptions(parent=self, protect=True))
         self.boot_objects_resource = pulumi.Output.all(user.app_id, self.boot_bucket.bucket).apply(
             lambda v: boot_objects_resource(args.region, v[0], v[1]))
-        self.node_boot: list[pulumi.Output] = []
         self.boot_objects: list[tencentcloud.cos.BucketObject] = []
-        for i in range(args.nodes):
-            script = args.slurm.apply(lambda c, i=i: bundle_script(node_boot_parts(c, i), f"GPU node {c.node_name(i)}"))
-            key = script.apply(lambda text, i=i: f"{BOOT_PREFIX}{prefix}-node-{i}-{bundle_sha256(text)[:16]}.sh")
-            obj = tencentcloud.cos.BucketObject(f"{prefix}-node-{i}-slurm-boot", bucket=self.boot_bucket.bucket,
-                                                key=key, content=script, acl="private", opts=child)
-            self.boot_objects.append(obj)
-            self.node_boot.append(pulumi.Output.all(obj.bucket, obj.key, script).apply(
-                lambda v: (v[0], v[1], bundle_sha256(v[2]))))
+        self.node_boot = [self._boot_object(f"{prefix}-node-{i}", args.slurm.apply(
+            lambda c, i=i: bundle_script(node_boot_parts(c, i), f"GPU node {c.node_name(i)}")), child)
+            for i in range(args.nodes)]
+        self.head_boot = self._boot_object(f"{prefix}-head", args.slurm.apply(
+            lambda c: bundle_script(head_boot_parts(c), f"head node {c.head_name}")), child)
+
+    def _boot_object(self, name: str, script: pulumi.Output[str], child: pulumi.ResourceOptions) -> pulumi.Output:
+        """One machine's Slurm boot as an object of the boot bucket: (bucket, key, SHA-256), what its user data names."""
+        key = script.apply(lambda text: f"{BOOT_PREFIX}{name}-{bundle_sha256(text)[:16]}.sh")
+        obj = tencentcloud.cos.BucketObject(f"{name}-slurm-boot", bucket=self.boot_bucket.bucket, key=key,
+                                            content=script, acl="private", opts=child)
+        self.boot_objects.append(obj)
+        return pulumi.Output.all(obj.bucket, obj.key, script).apply(lambda v: (v[0], v[1], bundle_sha256(v[2])))
 
     def _role(self, prefix: str, who: str, what: str, args: HeadArgs, user, write: bool,
               child: pulumi.ResourceOptions) -> pulumi.Output[str]:
@@ -241,8 +250,7 @@ class Head(pulumi.ComponentResource):
         policy = tencentcloud.cam.Policy(
             f"{prefix}-{who}-policy", name=f"{prefix}-{who}",
             document=pulumi.Output.all(user.owner_uin, user.uin, self.boot_objects_resource).apply(
-                lambda v: policy_document(args.region, v[0], v[1], self.secret_name, write,
-                                          boot_objects="" if write else v[2])),
+                lambda v: policy_document(args.region, v[0], v[1], self.secret_name, write, boot_objects=v[2])),
             description=f"The munge-key secret and the health metric, for {what} of {prefix}", opts=child)
         attach = tencentcloud.cam.RolePolicyAttachment(f"{prefix}-{who}-attach", role_id=role.id,
                                                        policy_id=policy.id, opts=child)
