@@ -848,12 +848,14 @@ def test_the_power_programs_queue_requests_that_the_root_agent_carries_out(tmp_p
 
 
 def test_the_agent_starts_and_stops_tencent_nodes_with_tccli(tmp_path):
-    """On Tencent Cloud power-agent finds the nodes with DescribeInstances (the cluster's name tag, the node tag, the
-    states that can start or stop), starts them with StartInstances and stops them with StopInstances in the mode
-    that stops the charging (tccli, the instance role's keys), and reconciles a RUNNING node Slurm counts as down."""
-    from components.slurm.clouds import TCCLI
+    """On Tencent Cloud power-agent finds the nodes with DescribeInstances (the cluster's name tag and the node tag:
+    at most 5 values a filter, so the states that cannot start are dropped from the answer by --filter), starts them
+    with StartInstances and stops them with StopInstances in the mode that stops the charging (KEEP_CHARGING for
+    prepaid nodes), never asks to start a running node or stop a stopped one (Tencent refuses both), and reconciles
+    a RUNNING node Slurm counts as down once it has been up before."""
+    from components.slurm.clouds import TC_GONE_STATES, TCCLI
 
-    c = cluster(nodes=3, cloud="tencentcloud", region="ap-shanghai", shape=catalog.shape("tencentcloud", "GT4.20XLARGE474"),
+    c = cluster(nodes=4, cloud="tencentcloud", region="ap-shanghai", shape=catalog.shape("tencentcloud", "GT4.20XLARGE474"),
                 paths=Paths().rooted(str(tmp_path / "node")))
     env, st = _power_env(tmp_path, "")
     tccli = tmp_path / "stub-bin/tccli"
@@ -863,44 +865,62 @@ def test_the_agent_starts_and_stops_tencent_nodes_with_tccli(tmp_path):
                      '    if [ "${a[$i]}" = --InstanceIds ]; then echo "$2 ${a[$((i + 1))]}" >> "$STUB_STATE/cvm.log"; fi; done ;;\n'
                      '  *) exit 2 ;;\nesac\n')
     tccli.chmod(0o755)
-    write_state(st, **{"tencent-instances": "0\tins-000\tSTOPPED\n1\tins-111\tRUNNING\n2\tins-222\tSTOPPED\n"})
-    write_state(st, nodes=["NodeName=llm-node-1 Arch=x86_64 State=IDLE+POWERED_DOWN ThreadsPerCore=1"])
+    write_state(st, **{"tencent-instances": "0\tins-000\tSTOPPED\n1\tins-111\tRUNNING\n2\tins-222\tSTOPPED\n"
+                                            "3\tins-333\tRUNNING\n"})
     spool = Path(c.paths.power_spool)
     spool.mkdir(parents=True)
-    agent = power.agent_script(c, max_polls=1, reconcile_polls=1, reconcile_grace_s=0).replace(TCCLI, str(tccli))
+
+    def agent(cluster_: SlurmCluster) -> str:
+        return power.agent_script(cluster_, max_polls=1, reconcile_polls=1, reconcile_grace_s=0).replace(TCCLI, str(tccli))
+
     assert TCCLI in power.agent_script(c)
-    _run(tmp_path / "slurm-resume", power.request_script(c, "resume"), env, "llm-node-[0-0]")
-    _run(tmp_path / "slurm-suspend", power.request_script(c, "suspend"), env, "llm-node-[2-2]")
-    _run(tmp_path / "power-agent", agent, env)  # (node 1 seen powered down and RUNNING: stopped at the next look)
-    r = _run(tmp_path / "power-agent", agent, env)
+    # node 1 has been up in Slurm (then powered down, its instance still running); node 3 never was
+    write_state(st, nodes=["NodeName=llm-node-1 Arch=x86_64 State=IDLE ThreadsPerCore=1"])
+    _run(tmp_path / "power-agent", agent(c), env)
+    write_state(st, nodes=["NodeName=llm-node-1 Arch=x86_64 State=IDLE+POWERED_DOWN ThreadsPerCore=1",
+                           "NodeName=llm-node-3 Arch=x86_64 State=IDLE+CLOUD+POWERED_DOWN ThreadsPerCore=1"])
+    _run(tmp_path / "slurm-resume", power.request_script(c, "resume"), env, "llm-node-[0-1]")
+    _run(tmp_path / "slurm-suspend", power.request_script(c, "suspend"), env, "llm-node-[2-3]")
+    _run(tmp_path / "power-agent", agent(c), env)  # (node 1 seen powered down and RUNNING: stopped at the next look)
+    r = _run(tmp_path / "power-agent", agent(c), env)
     assert r.returncode == 0 and not list(spool.iterdir()), r.stderr
     calls = (st / "tccli.log").read_text().splitlines()
     describe = [line for line in calls if line.startswith("cvm DescribeInstances")]
     assert describe and all("--region ap-shanghai --use-cvm-role" in line for line in calls)
     filters = json.loads(describe[0].split("--Filters ", 1)[1].split(" --Limit", 1)[0])
-    assert filters == [{"Name": "tag:gpu-cluster:name", "Values": ["llm"]},
-                       {"Name": "tag-key", "Values": ["gpu-cluster:node"]},
-                       {"Name": "instance-state", "Values": ["PENDING", "RUNNING", "STARTING", "STOPPING", "STOPPED",
-                                                             "REBOOTING"]}]
+    assert filters == [{"Name": "tag:gpu-cluster:name", "Values": ["llm"]}, {"Name": "tag-key", "Values": ["gpu-cluster:node"]}]
+    assert len(filters) <= 10 and all(len(f["Values"]) <= 5 for f in filters)  # DescribeInstances' limits
+    assert all(f"InstanceState!='{s}'" in describe[0] for s in TC_GONE_STATES)
     stops = [line for line in calls if line.startswith("cvm StopInstances")]
-    assert all("--StopType SOFT_FIRST --StoppedMode STOP_CHARGING" in line for line in stops) and stops
-    # node 0 started, node 2 stopped, and node 1 (Slurm: powered down; the cloud: RUNNING) reconciled
+    assert stops and all("--StopType SOFT_FIRST --StoppedMode STOP_CHARGING" in line for line in stops)
+    # node 0 started; node 1 already running (no call) and node 2 already stopped (no call); node 3 stopped by the
+    # suspend; then node 1 (Slurm: powered down, the cloud: RUNNING, up before) reconciled; node 3 never joined
     assert (st / "cvm.log").read_text().splitlines() == [
-        'StartInstances ["ins-000"]', 'StopInstances ["ins-222"]', 'StopInstances ["ins-111"]']
+        'StartInstances ["ins-000"]', 'StopInstances ["ins-333"]', 'StopInstances ["ins-111"]']
+    prepaid = dataclasses.replace(c, prepaid=True)
+    assert "STOPPED_MODE='KEEP_CHARGING'" in power.agent_script(prepaid)
+    assert "STOPPED_MODE" not in power.agent_script(cluster())  # AWS: no such argument
 
 
 def test_the_agent_stops_the_running_instance_of_a_node_slurm_counts_as_powered_down(tmp_path):
     """A node POWERED_DOWN in Slurm whose instance runs bills while no job can use it (a stop lost with its
-    request, an instance started by hand): every RECONCILE_POLLS the agent stops it. A node powering up (a
-    resume under way), an idle node and a stopped instance are left alone."""
-    c = cluster(nodes=4, paths=Paths().rooted(str(tmp_path / "node")))
-    env, st = _power_env(tmp_path, "0\ti-000\trunning\n1\ti-111\trunning\n2\ti-222\tstopped\n3\ti-333\trunning\n")
+    request, an instance started by hand): every RECONCILE_POLLS the agent stops it, once seen so for ResumeTimeout
+    and only if it has been up in Slurm before. A node powering up (a resume under way), an idle node, a stopped
+    instance and a node that never registered are left alone."""
+    c = cluster(nodes=5, paths=Paths().rooted(str(tmp_path / "node")))
+    env, st = _power_env(tmp_path, "0\ti-000\trunning\n1\ti-111\trunning\n2\ti-222\tstopped\n3\ti-333\trunning\n"
+                                   "4\ti-444\trunning\n")
+    Path(c.paths.power_spool).mkdir(parents=True)
+    agent = tmp_path / "power-agent"
+    # Nodes 0 to 3 have been up in Slurm; node 4 never registered (a new node in its first boot, or one made without
+    # Slurm): it is never stopped by this.
+    write_state(st, nodes=[f"NodeName=llm-node-{i} Arch=x86_64 State=IDLE ThreadsPerCore=1" for i in range(4)])
+    _run(agent, power.agent_script(c, max_polls=1, reconcile_polls=1), env)
     write_state(st, nodes=["NodeName=llm-node-0 Arch=x86_64 State=IDLE+POWERED_DOWN ThreadsPerCore=1",
+                           "NodeName=llm-node-4 Arch=x86_64 State=IDLE+CLOUD+POWERED_DOWN ThreadsPerCore=1",
                            "NodeName=llm-node-1 Arch=x86_64 State=IDLE+POWERED_DOWN+POWERING_UP ThreadsPerCore=1",
                            "NodeName=llm-node-2 Arch=x86_64 State=IDLE+POWERED_DOWN ThreadsPerCore=1",
                            "NodeName=llm-node-3 Arch=x86_64 State=IDLE ThreadsPerCore=1"])
-    Path(c.paths.power_spool).mkdir(parents=True)
-    agent = tmp_path / "power-agent"
     r = _run(agent, power.agent_script(c, max_polls=1), env)
     assert r.returncode == 0 and not (st / "ec2.log").exists(), "not before RECONCILE_POLLS polls"
     # Seen once: not yet (a new node is powered down in Slurm until its first boot ends and slurmd registers) ...
@@ -915,7 +935,8 @@ def test_the_agent_stops_the_running_instance_of_a_node_slurm_counts_as_powered_
     write_state(st, nodes=["NodeName=llm-node-0 Arch=x86_64 State=IDLE ThreadsPerCore=1"])
     _run(agent, power.agent_script(c, max_polls=1, reconcile_polls=1, reconcile_grace_s=0), env)
     assert not (st / "ec2.log").exists() and not list(seen.iterdir())
-    write_state(st, nodes=["NodeName=llm-node-0 Arch=x86_64 State=IDLE+POWERED_DOWN ThreadsPerCore=1"])
+    write_state(st, nodes=["NodeName=llm-node-0 Arch=x86_64 State=IDLE+POWERED_DOWN ThreadsPerCore=1",
+                           "NodeName=llm-node-4 Arch=x86_64 State=IDLE+CLOUD+POWERED_DOWN ThreadsPerCore=1"])
     _run(agent, power.agent_script(c, max_polls=1, reconcile_polls=1, reconcile_grace_s=0), env)
     r = _run(agent, power.agent_script(c, max_polls=1, reconcile_polls=1, reconcile_grace_s=0), env)
     assert r.returncode == 0 and (st / "ec2.log").read_text() == "stop i-000\n", r.stderr

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
+import sys
 from typing import Any, Iterator
 
 import pytest
@@ -14,11 +15,12 @@ import pytest
 from components.cloudinit import USER_DATA_LIMIT, decode, encode, size_problem
 from components.headnode import HEAD_INSTANCE_TYPES, HEAD_HOST_OFFSET, head_address
 from components.slurm.conf import SLURMCTLD_PORT
-from components.slurm.oses import EL8_OPENHPC, SLURM_RELEASE
+from components.slurm.oses import EL8_OPENHPC, KEYS, SLURM_RELEASE
 from conftest import (BOOT_USER_DATA, TENCENT_UBUNTU_IMAGE, boot_document, gpu_nodes, head_node, load_yaml, node_files,
                       render_plan, slurm_rendered, slurm_stack_with)
 from conftest import stack_with as stack_with_cluster
 from gpu_cluster.plan import Plan
+from gpu_cluster.stackfile import ROOT
 from policy_fixtures import judged_violations
 from gpu_cluster.render import SAMPLE_STACKS
 
@@ -63,6 +65,8 @@ def node_file_sets(plan: Plan, stack: str) -> list[dict[str, str]]:
 KEYLIKE = re.compile(r"[A-Za-z0-9+/]{44,}={0,2}")
 """A munge key is 32-1024 random bytes (components/slurm/scripts.py), so any copy of one in base64 is a
 run of at least 44 base64 characters."""
+SHIPPED_KEYS = tuple(p.read_text() for p in sorted(KEYS.iterdir()))
+"""components/slurm/keys: public repository signing keys, shipped verbatim (their base64 armor is no munge key)."""
 SHA256 = re.compile(r"[0-9a-f]{64}")
 """A SHA-256 in hex (the hash a Tencent node's user data pins of its Slurm boot: components/slurm/bundle.py), which
 is no key: 64 of the 16 lowercase hex digits only."""
@@ -91,6 +95,8 @@ def keylike(doc: dict) -> set[str]:
             decoded = None
         if decoded is not None and decoded.startswith("#cloud-config"):
             text = decoded
+        for shipped in SHIPPED_KEYS:  # the public signing keys the package install trusts, verbatim, are no secret
+            text = text.replace(shipped, "")
         found |= {k for k in KEYLIKE.findall(text) if not SHA256.fullmatch(k)}
     return found
 
@@ -408,37 +414,55 @@ def test_tencent_samples_on_the_default_image_run_slurm_from_openhpc(stack, samp
         install = own["/usr/local/sbin/gpu-cluster-slurm-packages"]
         assert f"slurm-slurmd-ohpc-{SLURM_RELEASE} " in install
         for key in EL8_OPENHPC.keys:
-            assert f"trust_key {key.fingerprint} {key.path} {' '.join(key.urls)}\n" in install
+            shipped = [f"file://$work/{key.shipped}"] if key.shipped else []
+            assert f"trust_key {key.fingerprint} {key.path} {' '.join(shipped + list(key.urls))}\n" in install
+            assert not key.shipped or f"<<'KEY'\n{key.text()}KEY\n" in install
+            assert all(u.startswith("https://") for u in key.urls)
         assert "includepkgs=libjwt*" in install and "gpgcheck=1" in install and "gpgcheck=0" not in install
         assert own["/etc/systemd/system/slurmd.service.d/gpu-cluster.conf"]
 
 
-def test_the_slurm_package_step_refuses_a_key_with_another_fingerprint(tmp_path):
-    """trust_key keeps a downloaded signing key only when its fingerprint is the pinned one."""
+def test_the_slurm_package_step_trusts_a_key_only_alone_and_with_the_pinned_fingerprint(tmp_path):
+    """trust_key keeps a key file only when it holds one key and that key's fingerprint is the pinned one: another
+    key, or the pinned key followed by another (dnf would trust both), is refused, and the next source is tried.
+    gpg is played by tests/openpgp.py, which prints what `gpg --with-colons --show-keys` prints of a key."""
     import subprocess
 
-    from components.slurm.oses import _INSTALL_SH
+    import openpgp
+    from components.slurm.oses import OPENHPC_KEY, _INSTALL_SH
 
-    home = {"GNUPGHOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
-    made = subprocess.run(["gpg", "--batch", "--quiet", "--passphrase", "", "--quick-gen-key", "t@example.invalid",
-                           "default", "default", "never"], env=home, capture_output=True, text=True)
-    assert made.returncode == 0, made.stderr
-    key = tmp_path / "key.asc"
-    key.write_text(subprocess.run(["gpg", "--armor", "--export"], env=home, capture_output=True, text=True,
-                                  check=True).stdout)
-    listing = subprocess.run(["gpg", "--with-colons", "--show-keys", str(key)], env=home, capture_output=True,
-                             text=True, check=True).stdout
-    fpr = next(line.split(":")[9] for line in listing.splitlines() if line.startswith("fpr:"))
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin/gpg").write_text(f'#!/bin/sh\nexec {sys.executable} {ROOT / "tests/openpgp.py"} "$@"\n')
+    (tmp_path / "bin/gpg").chmod(0o755)
+    [(tag, body)] = [p for p in openpgp.packets(openpgp.dearmor(OPENHPC_KEY.text())) if p[0] == openpgp.PUBLIC_KEY]
+    forged = body[:-10] + bytes([body[-10] ^ 1]) + body[-9:]  # another key: one bit of its material differs
+    sources = {"pinned": OPENHPC_KEY.text(), "other": openpgp.armor(openpgp.packet(tag, forged)),
+               "both": openpgp.armor(openpgp.packet(tag, body) + openpgp.packet(tag, forged))}
+    for name, text in sources.items():
+        (tmp_path / f"{name}.asc").write_text(text)
+    assert openpgp.fingerprints(openpgp.dearmor(sources["both"]))[0] == OPENHPC_KEY.fingerprint
     function = _INSTALL_SH.split("{keys}", 1)[0]
+    env = {"PATH": f"{tmp_path}/bin:/usr/bin:/bin"}
     script = ('set -euo pipefail\nNAME=t\nfail() { echo "$NAME: $*" >&2; exit 1; }\n'
               'rpm() { echo imported "$@"; }\n' + function)
-    for pinned, ok in ((fpr, True), ("0" * 40, False)):
-        out = subprocess.run(["bash", "-c", script + f'trust_key {pinned} "{tmp_path}/kept.asc" "file://{tmp_path}/none" '
-                                                      f'"file://{key}"'],
-                             env=home, capture_output=True, text=True)
-        assert (out.returncode == 0) == ok, out.stderr
-        assert (tmp_path / "kept.asc").exists() == ok or not ok
-        assert ok or (f"not the pinned {pinned}" in out.stderr and "no copy of the signing key" in out.stderr)
+    for tried, ok in ((["other", "pinned"], True), (["both"], False), (["other"], False), (["missing"], False)):
+        (tmp_path / "kept.asc").unlink(missing_ok=True)
+        urls = " ".join(f"file://{tmp_path}/{n}.asc" for n in tried)
+        out = subprocess.run(["bash", "-c", script + f'trust_key {OPENHPC_KEY.fingerprint} "{tmp_path}/kept.asc" {urls}'],
+                             env=env, capture_output=True, text=True)
+        assert (out.returncode == 0) == ok, (tried, out.stderr)
+        assert ((tmp_path / "kept.asc").read_text() == OPENHPC_KEY.text()) if ok else not (tmp_path / "kept.asc").exists()
+        assert ok or "no copy of the signing key" in out.stderr
+
+
+def test_the_shipped_signing_keys_are_the_pinned_ones():
+    """A shipped key is the one its fingerprint pins, and only that key: a changed file fails here, not at boot."""
+    import openpgp
+
+    shipped = [k for k in EL8_OPENHPC.keys if k.shipped]
+    assert shipped
+    for key in shipped:
+        assert openpgp.fingerprints(openpgp.dearmor(key.text())) == [key.fingerprint]
 
 
 @pytest.mark.parametrize("stack", ["aws-large", "tencent-large", "aws-scheduled", "tencent-scheduled"])

@@ -49,10 +49,22 @@ def test_the_script_writes_every_file_of_the_parts_with_its_mode(tmp_path):
                for p in tmp_path.rglob("*") if p.is_file()}
     assert written == expected
     assert unpack(script) == {p: c for p, (c, _) in expected.items()}
-    # then the steps (the package install first) and the commands, in the parts' order
+    # then the steps (the package install first) and the commands, in the parts' order, each run even if one failed
     tail = script[len(writing):].splitlines()
-    assert tail[0] == "/usr/local/sbin/gpu-cluster-slurm-packages"
-    assert tail[1:] == [" ".join(c) for c in parts.commands]
+    assert tail[2] == "run /usr/local/sbin/gpu-cluster-slurm-packages"
+    assert tail[3:-1] == ["run " + " ".join(c) for c in parts.commands] and tail[-1] == 'exit "$failed"'
+
+
+def test_a_failing_command_does_not_keep_the_next_from_running(tmp_path):
+    """A node-setup that fails must not keep slurmd and the health-recheck timer from being enabled: they repair it."""
+    from components.slurm.boot import BootParts
+
+    parts = BootParts(packages=(), files=({"path": "/x/f", "permissions": "0644", "content": "a\n"},),
+                      commands=(("false",), ("touch", str(tmp_path / "after"))))
+    out = subprocess.run(["bash", "-c", bundle_script(parts, "t")], capture_output=True, text=True,
+                         env={**os.environ, "GPU_CLUSTER_TEST_ROOT": str(tmp_path)})
+    assert out.returncode == 1 and (tmp_path / "after").exists() and (tmp_path / "x/f").read_text() == "a\n"
+    assert "gpu-cluster: false failed (exit 1)" in out.stderr
 
 
 def test_a_file_that_would_end_the_here_document_is_refused():

@@ -5,7 +5,8 @@ it: Tencent Cloud takes at most 16 KB of base64 user data (provider doc instance
 
 The script is plain text, so a plan shows every file it writes and a review diffs them: each file is written
 from a quoted here-document (root-owned, with the mode the parts give), then the parts' boot steps and commands
-run in order. Packages stay in the user data (cloud-init's package module installs them before any of this).
+run in order, each even when one before it failed (as cloud-init's runcmd runs them), the script failing at the
+end if any did. Packages stay in the user data (cloud-init's package module installs them before any of this).
 """
 
 from __future__ import annotations
@@ -44,8 +45,12 @@ def bundle_script(parts: BootParts, what: str) -> str:
     for path, mode, content in _files(parts):
         out.append(f"install -D -m {mode} /dev/stdin \"${{GPU_CLUSTER_TEST_ROOT:-}}\"{path} <<'{END}'")
         out.append(content + END)
-    out += [shell.command((f"{SBIN}/{step.name}",)) for step in parts.steps]
-    out += [shell.command(c) for c in parts.commands]
+    # As cloud-init's runcmd: every step and command runs even when one before it failed (a failed node-setup must
+    # still leave slurmd and the health-recheck timer enabled, which repair it), and the script fails at the end.
+    out.append('failed=0\nrun() { "$@" || { echo "gpu-cluster: $* failed (exit $?)" >&2; failed=1; }; }')
+    out += ["run " + shell.command((f"{SBIN}/{step.name}",)) for step in parts.steps]
+    out += ["run " + shell.command(c) for c in parts.commands]
+    out.append('exit "$failed"')
     return "\n".join(out) + "\n"
 
 

@@ -142,6 +142,10 @@ AWS = CloudOps(
                 "{ snap wait system seed.loaded && snap install aws-cli --classic; }"),),
 )
 
+TC_GONE_STATES = ("SHUTDOWN", "TERMINATING", "LAUNCH_FAILED")
+"""Tencent instance states that cannot start again (cloud.tencent.com/document/api/213/15753#InstanceStatus:
+isolated, being terminated, failed to launch)."""
+
 TENCENTCLOUD = CloudOps(
     cloud="tencentcloud",
     metadata_function=_TENCENT_METADATA,
@@ -170,25 +174,25 @@ TENCENTCLOUD = CloudOps(
     # health check proves it closed by the host name (node-health), so a moved address drains the node.
     metadata_ipv4="169.254.0.23",
     # Slurm power saving on the head node (components/slurm/power.py), with the CVM API 2017-03-12 (the action
-    # models of tccli 3.1.189.1, tccli/services/cvm/v20170312/api.json): DescribeInstances filters "tag:<key>",
-    # "tag-key" and "instance-state" (the states of cloud.tencent.com/document/api/213/15753#InstanceStatus;
-    # SHUTDOWN, TERMINATING and LAUNCH_FAILED instances cannot start), at most 100 a page (nodes ≤ 64). tccli's
-    # `--filter` is a JMESPath expression and `--output text` prints one tab-separated line per instance
-    # (tccli format_output.py). StopInstances with StoppedMode STOP_CHARGING, the "no charges when shut down" mode
-    # of pay-as-you-go instances (CVM documentation 213/19918: a node with local NVMe keeps charging, which the
-    # spec refuses to stop: profile.stop_problems); StopType SOFT_FIRST shuts down cleanly, then forces.
+    # models of tccli 3.1.189.1, tccli/services/cvm/v20170312/api.json): DescribeInstances filters "tag:<key>" and
+    # "tag-key", at most 100 a page (nodes ≤ 64), and at most 5 values a filter ("Filter.Values的上限为5"), so the
+    # instances that can no longer start (TC_GONE_STATES) are left out by tccli's `--filter`, a JMESPath expression
+    # on the answer; `--output text` prints one tab-separated line per instance (tccli format_output.py).
+    # StopInstances with StoppedMode STOP_CHARGING (power.stopped_mode; KEEP_CHARGING for prepaid nodes), the "no
+    # charges when shut down" mode of pay-as-you-go instances (CVM documentation 213/19918: a node with local NVMe
+    # keeps charging, which the spec refuses to stop: profile.stop_problems); StopType SOFT_FIRST shuts down
+    # cleanly, then forces.
     # StartInstances and StopInstances take InstanceIds as a JSON array.
-    cluster_filter=('[{{"Name":"tag:{tag}","Values":["{cluster}"]}},{{"Name":"tag-key","Values":["' + NODE_TAG + '"]}},'
-                    '{{"Name":"instance-state","Values":["PENDING","RUNNING","STARTING","STOPPING","STOPPED",'
-                    '"REBOOTING"]}}]'),
+    cluster_filter=('[{{"Name":"tag:{tag}","Values":["{cluster}"]}},{{"Name":"tag-key","Values":["' + NODE_TAG + '"]}}]'),
     instance_lookup=(TCCLI, "cvm", "DescribeInstances", "--region", "$REGION", "--use-cvm-role",
                      "--Filters", "$CLUSTER_FILTER", "--Limit", "100",
-                     "--filter", f"InstanceSet[].[Tags[?Key=='{NODE_TAG}']|[0].Value,InstanceId,InstanceState]",
+                     "--filter", "InstanceSet[?" + " && ".join(f"InstanceState!='{s}'" for s in TC_GONE_STATES)
+                     + f"].[Tags[?Key=='{NODE_TAG}']|[0].Value,InstanceId,InstanceState]",
                      "--output", "text"),
     instance_start=(TCCLI, "cvm", "StartInstances", "--region", "$REGION", "--use-cvm-role",
                     "--InstanceIds", "$INSTANCE_IDS_JSON"),
     instance_stop=(TCCLI, "cvm", "StopInstances", "--region", "$REGION", "--use-cvm-role",
-                   "--InstanceIds", "$INSTANCE_IDS_JSON", "--StopType", "SOFT_FIRST", "--StoppedMode", "STOP_CHARGING"),
+                   "--InstanceIds", "$INSTANCE_IDS_JSON", "--StopType", "SOFT_FIRST", "--StoppedMode", "$STOPPED_MODE"),
     head_packages=("python3-venv",),
     node_packages=("python3-venv",),
     cli_setup=(

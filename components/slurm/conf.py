@@ -160,6 +160,8 @@ class SlurmCluster:
     timezone: str = "UTC"
     metric_namespace: str = "GpuCluster"
     metric_name: str = "NodeHealthy"
+    prepaid: bool = False
+    """The GPU nodes are prepaid for a term (Tencent capacity.type prepaid): a stop keeps its charges."""
     os: str = "ubuntu-24.04"
     """The head node's and the GPU nodes' operating system (components/slurm/oses.py): what installs Slurm."""
     paths: Paths = field(default_factory=Paths)
@@ -383,5 +385,5 @@ def from_spec(cluster, head_address: str, munge_secret_id: str, **overrides) -> 
         suspend_after_s=spec.idle_stop.for_minutes * 60 if spec.idle_stop is not None else None,
         windows=tuple(spec.schedule.windows) if spec.schedule is not None else (),
         timezone=spec.schedule.timezone if spec.schedule is not None else "UTC",
-        os=profile(spec.cloud).slurm_os(spec),
+        os=profile(spec.cloud).slurm_os(spec), prepaid=spec.capacity.type == "prepaid",
         **overrides)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Mapping, Optional
 
 from components.cloudinit import Step, bash_script
@@ -30,14 +31,22 @@ SLURM_RELEASE = "23.11.4"
 OpenHPC 2.8's slurm-ohpc (v2.8.GA slurm.spec: Version 23.11.4)."""
 
 
+KEYS = Path(__file__).parent / "keys"
+"""Public signing keys shipped with the program, each a verbatim copy of its primary source."""
+
+
 @dataclass(frozen=True)
 class RepoKey:
-    """A package repository's signing key: fetched at boot from the first of `urls` that answers, trusted only if its
-    fingerprint is this one (so any copy of the key will do)."""
+    """A package repository's signing key: the shipped copy (`shipped`, a file in KEYS) or the first of `urls` that
+    answers, trusted only if it holds exactly one key and that key's fingerprint is this one."""
 
     urls: tuple[str, ...]
     fingerprint: str
     path: str
+    shipped: str = ""
+
+    def text(self) -> str:
+        return (KEYS / self.shipped).read_text() if self.shipped else ""
 
 
 @dataclass(frozen=True)
@@ -68,8 +77,13 @@ class SlurmOS:
         repositories, checks their keys and installs them."""
         if not self.repositories:
             return None
-        keys = "".join(f"trust_key {k.fingerprint} {shlex.quote(k.path)} {' '.join(map(shlex.quote, k.urls))}\n"
-                       for k in self.keys)
+        keys = ""
+        for k in self.keys:
+            sources = list(k.urls)
+            if k.shipped:  # the shipped copy first: no network needed for it
+                keys += f"cat > \"$work/{k.shipped}\" <<'KEY'\n{k.text()}KEY\n"
+                sources.insert(0, f"file://$work/{k.shipped}")
+            keys += f"trust_key {k.fingerprint} {shlex.quote(k.path)} {' '.join(sources)}\n"
         return Step("gpu-cluster-slurm-packages", bash_script(
             "gpu-cluster-slurm-packages", f"Install Slurm {SLURM_RELEASE} and its companions ({self.description})",
             _INSTALL_SH.replace("{keys}", keys).replace("{repo}", self.repositories)
@@ -78,23 +92,23 @@ class SlurmOS:
 
 
 _INSTALL_SH = r"""
-trust_key() {  # fingerprint path url...: kept only when the key's primary fingerprint is the pinned one
-  local want=$1 path=$2 tmp got url
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+trust_key() {  # fingerprint path source...: kept only when it holds exactly one key, the pinned one
+  local want=$1 path=$2 got keys url
   shift 2
-  tmp=$(mktemp)
   for url in "$@"; do
-    curl -fsSL --retry 3 -o "$tmp" "$url" || continue
-    got=$(gpg --with-colons --show-keys "$tmp" 2> /dev/null | awk -F: '$1 == "fpr" { print $10; exit }')
-    if [ "$got" = "$want" ]; then
-      install -D -m 0644 "$tmp" "$path"
-      rm -f "$tmp"
+    curl -fsSL --retry 3 -o "$work/key" "$url" || continue
+    keys=$(gpg --with-colons --show-keys "$work/key" 2> /dev/null | awk -F: '$1 == "pub"' | wc -l)
+    got=$(gpg --with-colons --show-keys "$work/key" 2> /dev/null | awk -F: '$1 == "fpr" { print $10; exit }')
+    if [ "$keys" = 1 ] && [ "$got" = "$want" ]; then
+      install -D -m 0644 "$work/key" "$path"
       rpm --import "$path" || fail "rpm does not accept the key $path"
       return 0
     fi
-    echo "$NAME: the key at $url has fingerprint ${got:-none}, not the pinned $want" >&2
+    echo "$NAME: $url holds $keys key(s), the first ${got:-none}, not the pinned $want alone" >&2
   done
-  rm -f "$tmp"
-  fail "no copy of the signing key $want could be fetched from $*"
+  fail "no copy of the signing key $want could be had from $*"
 }
 {keys}cat > /etc/yum.repos.d/gpu-cluster-slurm.repo <<'REPO'
 {repo}REPO
@@ -111,14 +125,15 @@ UBUNTU_2404 = SlurmOS(
 )
 
 OPENHPC_KEY = RepoKey(
-    # The project's own copy at its 2.8 tag; then the repository's, where Open Build Service publishes a
-    # repository's key (repodata/repomd.xml.key; whether OpenHPC's mirror keeps it is not confirmed).
+    # Shipped: keys/RPM-GPG-KEY-OpenHPC-2 is openhpc/ohpc v2.8.GA components/admin/ohpc-release/SOURCES/
+    # RPM-GPG-KEY-OpenHPC-2, the key ohpc-release installs for OpenHPC 2.x (GitHub is often out of reach from
+    # mainland China); the project's copy online only if the shipped one were unusable.
     urls=("https://raw.githubusercontent.com/openhpc/ohpc/v2.8.GA/components/admin/ohpc-release/SOURCES/"
-          "RPM-GPG-KEY-OpenHPC-2",
-          "http://repos.openhpc.community/OpenHPC/2/EL_8/repodata/repomd.xml.key"),
+          "RPM-GPG-KEY-OpenHPC-2",),
     # gpg --show-keys of that file: rsa2048 2019-12-16, the key OpenHPC 2.x packages are signed with.
     fingerprint="5392744D3C543ED5784765E68A306019DA565C6C",
-    path="/etc/pki/rpm-gpg/RPM-GPG-KEY-OpenHPC-2")
+    path="/etc/pki/rpm-gpg/RPM-GPG-KEY-OpenHPC-2",
+    shipped="RPM-GPG-KEY-OpenHPC-2")
 EPEL8_KEY = RepoKey(
     urls=("https://dl.fedoraproject.org/pub/epel/RPM-GPG-KEY-EPEL-8",),
     # "Fedora EPEL (8) <epel@fedoraproject.org>", key id 21EA45AB2F86D6A1 (fedoraproject.org/security).
@@ -161,9 +176,8 @@ EL8_OPENHPC = SlurmOS(
         # munge from the distribution, as OpenHPC's spec requires it (`Requires: munge`); fio and iptables too.
         "munge": "munge", "fio": "fio", "iptables": "iptables",
         # The scripts' python3 needs zoneinfo (3.9: slurm-window) and venv (tccli): EL 8's default python3 is 3.6,
-        # so the install step makes AppStream's python39 the system's `python3` (RHEL 8 documentation,
-        # "Installing and using Python": `alternatives --set python3 /usr/bin/python3.9`; the system's own tools
-        # use platform-python, which this leaves alone).
+        # so the install step puts AppStream's python39 first on the scripts' PATH as `python3` (after_install),
+        # leaving /usr/bin/python3, which the system's tools name, as it is.
         "python3-venv": "python39",
         # EL 8's tzdata keeps the old alias zone names (no tzdata-legacy split, unlike Ubuntu 24.04).
         "tzdata-legacy": None,
@@ -173,8 +187,13 @@ EL8_OPENHPC = SlurmOS(
     cgroup_plugin="autodetect",
     repositories=_EL8_REPOS,
     keys=(OPENHPC_KEY, EPEL8_KEY),
-    after_install=('if [ -x /usr/bin/python3.9 ]; then alternatives --set python3 /usr/bin/python3.9; fi\n'
-                   'python3 -c "import venv, zoneinfo" || fail "python3 is $(python3 -V 2>&1), the scripts need 3.9"\n'),
+    after_install=(
+        # the scripts' `python3` (PATH: /usr/local/bin first); /usr/bin/python3 and the system's tools stay as they are
+        'ln -sf /usr/bin/python3.9 /usr/local/bin/python3\n'
+        'PATH=/usr/local/bin:$PATH python3 -c "import venv, zoneinfo" || fail "python3.9 does not run: the scripts need it"\n'
+        # slurm.conf's SlurmctldLogFile / SlurmdLogFile live there, and OpenHPC's packages make no such directory
+        # (v2.8.GA slurm.spec %post makes /var/spool/slurmctld and /var/log/slurm_jobcomp.log only)
+        'install -d -o slurm -g slurm -m 0755 /var/log/slurm\n'),
     unconfirmed=(
         f"OpenHPC's EL 8 updates repository still serves Slurm {SLURM_RELEASE} (its 2.8 release; 2.9 moved to "
         f"23.11.10 and 2.10 to 25.05.8)",

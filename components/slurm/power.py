@@ -53,12 +53,19 @@ say() { echo "power-agent: $*" >&2; logger -t gpu-cluster-power -- "$*" 2> /dev/
 # (no capacity, a budget hold) is powered down again, so Slurm may try it for a later job after SuspendTimeout.
 down() { scontrol update nodename="$1" state=down reason="$REASON_PREFIX $2" || say "could not set $1 down"; }
 retry_later() { say "$1: $2; powered down to be tried again"; scontrol update nodename="$1" state=power_down_force || true; }
+lookup() {  # sets $found; says why when the cloud refuses
+  local err
+  err=$(mktemp)
+  if found=$(instance_lookup 2> "$err"); then rm -f "$err"; return 0; fi
+  say "cannot list the instances of $CLUSTER: $(tr -s '\n' ' ' < "$err" | tail -c 300)"
+  rm -f "$err"
+  return 1
+}
 act() {  # mode hostlist; a stop that fails is queued again (a stopped node must not go on billing)
-  local mode=$1 n index id try out
+  local mode=$1 n index id state try out
   local -a nodes
   mapfile -t nodes < <(scontrol show hostnames "$2")
-  if ! found=$(instance_lookup 2> /dev/null); then
-    say "cannot list the instances of $CLUSTER"
+  if ! lookup; then
     # a resume request is not kept: its nodes are powered down again, for Slurm to try them for a later job
     # (left POWERING_UP they would end DOWN at ResumeTimeout); a suspend request is kept and acted on again
     if [ "$mode" = resume ]; then for n in "${nodes[@]}"; do retry_later "$n" "the instance list failed"; done; fi
@@ -66,12 +73,19 @@ act() {  # mode hostlist; a stop that fails is queued again (a stopped node must
   fi
   for n in "${nodes[@]}"; do
     index=${n#"$NODE_PREFIX"}
-    id=$(printf '%s\n' "$found" | awk -v i="$index" '$1 == i { print $2; exit }')
+    id="" state=""
+    read -r id state < <(printf '%s\n' "$found" | awk -v i="$index" '$1 == i { print $2, $3; exit }') || true
     if [ "$index" = "$n" ] || [ -z "$id" ]; then
       say "$n has no instance (terminated?): pulumi up creates it again"
       [ "$mode" = suspend ] || down "$n" "no instance; pulumi up creates it again"
       continue
     fi
+    # Already as Slurm wants it: done (Tencent refuses to start a running instance or stop a stopped one,
+    # UnsupportedOperation.InstanceStateRunning / InstanceStateStopped; a node still in its first boot is running).
+    case "$mode:${state,,}" in
+      resume:running|resume:pending|resume:starting|suspend:stopped)
+        say "$mode $n: $id is already ${state,,}"; continue ;;
+    esac
     # shellcheck disable=SC2034  # each cloud's instance_start / instance_stop reads one of the two forms
     INSTANCE_IDS=("$id") INSTANCE_IDS_JSON="[\"$id\"]"
     for ((try = 1; try <= TRIES; try++)); do
@@ -90,22 +104,36 @@ act() {  # mode hostlist; a stop that fails is queued again (a stopped node must
   done
 }
 # A node Slurm counts as powered down (not powering up or down) whose instance is running bills while no job can use
-# it (a stop lost with its request, an instance started by hand): it is stopped, every RECONCILE_POLLS. Not at once:
-# Slurm also counts a CLOUD node powered down from slurmctld's start until its slurmd first registers, which on a new
-# node follows the whole first boot (driver, packages, health check). So a node is stopped only once it has been
-# seen that way for RECONCILE_GRACE_S, the time Slurm gives a resumed node to register (ResumeTimeout); the first
-# sighting is kept in $SEEN/<node>, and dropped when the node is seen otherwise.
+# it (a stop lost with its request, an instance started by hand): it is stopped, every RECONCILE_POLLS. Only a node
+# that has been up in Slurm before (its mark in $JOINED, made when the agent sees it up): Slurm also counts a CLOUD
+# node powered down from slurmctld's start until its slurmd first registers, which follows a new node's whole first
+# boot, and a node made without Slurm (a cluster deployed before Slurm was its default) never registers. And only
+# once it has been seen so for RECONCILE_GRACE_S (ResumeTimeout): the first sighting is kept in $SEEN/<node>.
 reconcile() {
-  local n index id state first now
-  local -a down
-  mkdir -p "$SEEN"
-  mapfile -t down < <(scontrol show nodes -o 2> /dev/null | awk '/ State=[^ ]*POWERED_DOWN/ && !/ State=[^ ]*POWERING_/ {
-    sub(/^NodeName=/, "", $1); print $1 }')
+  local n index id state first now kind
+  local -a down=()
+  mkdir -p "$SEEN" "$JOINED"
+  while read -r kind n; do
+    case "$kind" in
+      up) touch "$JOINED/$n" ;;
+      down) [ -e "$JOINED/$n" ] && down+=("$n") ;;
+    esac
+  done < <(scontrol show nodes -o 2> /dev/null | awk '{
+    name = ""; state = ""
+    for (i = 1; i <= NF; i++) {
+      if ($i ~ /^NodeName=/) name = substr($i, 10)
+      if ($i ~ /^State=/) state = substr($i, 7)
+    }
+    if (name == "") next
+    if (state ~ /POWERED_DOWN/ && state !~ /POWERING_/) print "down", name
+    else if (state !~ /POWER|NOT_RESPONDING|\*/) print "up", name
+  }')
   found=""
-  if [ "${#down[@]}" -gt 0 ]; then found=$(instance_lookup 2> /dev/null) || return 0; fi
+  if [ "${#down[@]}" -gt 0 ]; then lookup || return 0; fi
   now=$(date +%s)
   for n in "${down[@]}"; do
     index=${n#"$NODE_PREFIX"}
+    id="" state=""
     read -r id state < <(printf '%s\n' "$found" | awk -v i="$index" '$1 == i { print $2, $3; exit }') || true
     [ "$index" != "$n" ] && [ "${state,,}" = running ] || continue
     first=$(cat "$SEEN/$n" 2> /dev/null || true)
@@ -187,6 +215,13 @@ RECONCILE_GRACE_S = RESUME_TIMEOUT_S
 Slurm's ResumeTimeout, the time a node has to register (a new node's first boot included)."""
 
 
+def stopped_mode(c: SlurmCluster) -> str:
+    """Tencent StopInstances' StoppedMode: STOP_CHARGING ends a pay-as-you-go node's compute charges; a prepaid node is
+    paid for its term whatever it does, and the API takes STOP_CHARGING only for pay-as-you-go instances
+    (StoppedMode: "该参数只针对部分按量计费实例生效", CVM API 2017-03-12 StopInstances)."""
+    return "KEEP_CHARGING" if c.prepaid else "STOP_CHARGING"
+
+
 def agent_script(c: SlurmCluster, poll_s: int = 2, max_polls: int = 0, reconcile_polls: int = RECONCILE_POLLS,
                  reconcile_grace_s: int = RECONCILE_GRACE_S) -> str:
     """power-agent: the root service on the head node that starts and stops the GPU node instances Slurm asked
@@ -201,7 +236,8 @@ def agent_script(c: SlurmCluster, poll_s: int = 2, max_polls: int = 0, reconcile
         "NODE_PREFIX": f"{c.name}-node-", "REASON_PREFIX": POWER_REASON_PREFIX,
         "TRIES": START_TRIES, "RETRY_S": START_RETRY_S, "POLL_S": poll_s, "MAX_POLLS": max_polls,
         "RECONCILE_POLLS": reconcile_polls, "RECONCILE_GRACE_S": reconcile_grace_s,
-        "SEEN": f"{c.paths.power_spool}-seen",
+        "SEEN": f"{c.paths.power_spool}-seen", "JOINED": f"{c.paths.power_spool}-joined",
+        **({"STOPPED_MODE": stopped_mode(c)} if "$STOPPED_MODE" in o.instance_stop else {}),
     }, _POWER_BODY, [shell.function("instance_lookup", o.instance_lookup),
                      shell.function("instance_start", o.instance_start),
                      shell.function("instance_stop", o.instance_stop)])

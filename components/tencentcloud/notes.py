@@ -67,8 +67,8 @@ def _image_notes(spec: "ClusterSpec", shape: "Shape") -> list[str]:
             out.append(f"scheduler: slurm on TencentOS — the head node and the GPU nodes install Slurm {SLURM_RELEASE} "
                        f"from OpenHPC 2's EL 8 repository and libjwt from EPEL 8, each repository's signing key "
                        f"trusted only with the fingerprint pinned in components/slurm/oses.py, so head and nodes run "
-                       f"one release; the nodes need egress (the NAT gateway) to repos.openhpc.community, Fedora's "
-                       f"EPEL mirrors, and GitHub or the OpenHPC repository for its key. Not verifiable offline: "
+                       f"one release (OpenHPC's key ships with this program; EPEL's is fetched over https); the nodes "
+                       f"need egress (the NAT gateway) to repos.openhpc.community and Fedora's EPEL mirrors. Not verifiable offline: "
                        + "; ".join(system.unconfirmed)
                        + ". A node whose install fails never registers, and Slurm keeps its jobs off it")
     else:
@@ -169,9 +169,10 @@ def slurm_notes(spec: "ClusterSpec") -> list[str]:
         f"is the one the user data pins. The plan shows every file it writes. Like every bucket here it is protected: "
         f"unprotect it before `pulumi destroy`",
         "scheduler: slurm — Slurm power saving starts and stops the GPU nodes (the head node's power agent, with a "
-        "CAM policy that may start and stop those instances only, made after them); a node seen powered down in "
-        "Slurm with its instance running for 30 min (ResumeTimeout: longer than a first boot) is stopped, since it "
-        "bills with no job able to use it",
+        "CAM policy that may start and stop those instances only, made after them; StopInstances with STOP_CHARGING, "
+        "KEEP_CHARGING for prepaid nodes); a node that has been up in Slurm and is then seen powered down with its "
+        "instance running for 30 min (ResumeTimeout) is stopped, since it bills with no job able to use it; a node "
+        "that never registered (still in its first boot, or made without Slurm) is never stopped that way",
     ]
     out += power.plan_notes(spec, "CVM StopInstances with STOP_CHARGING", "StartInstances", "Cloud Monitor alarm")
     if spec.storage.checkpoint_bucket:
