@@ -28,10 +28,10 @@ The model (every constant below is stated in the output and in docs/recommend.md
 - **Cost**. Each candidate is priced by the project's pricer on the resources its stack creates (GPU
   nodes, root and data disks, the parallel file system, NAT), from the same price book as `plan`
   (price file → cache → catalog). Monthly cost = the plan's total for the stack `--write-stack` would
-  write: where something stops the nodes after the training (on-demand AWS nodes under Slurm with an
-  idle stop), the stack states `expected_hours_a_month` (the training and the idle hour after it) and the
-  nodes are priced for those hours; otherwise (spot nodes cannot be stopped; Tencent nodes have no Slurm
-  power saving) for the whole month. Run cost = node-hours × training hours + the month's fixed items
+  write: where something stops the nodes after the training (on-demand nodes under Slurm with an idle
+  stop, on either cloud), the stack states `expected_hours_a_month` (the training and the idle hour after it)
+  and the nodes are priced for those hours; otherwise (spot nodes cannot be stopped; a Tencent shape with
+  local NVMe keeps charging when stopped) for the whole month. Run cost = node-hours × training hours + the month's fixed items
   prorated over the run. Costs in another currency than the
   budget's are converted at the book's dated exchange rate, named in the output.
 - **Purchase options**. On demand always; spot where the catalog or the price book has a spot price and
