@@ -57,6 +57,7 @@ class Resource:
     id: str = ""
     property_dependencies: dict[str, tuple[str, ...]] = field(default_factory=dict)
     external: bool = False  # read with `.get()`: the stack refers to it but did not create it
+    retain_on_delete: bool = False  # left in the cloud when it leaves the state (`retainOnDelete` in an export)
 
     @property
     def name(self) -> str:
@@ -198,11 +199,12 @@ def _resource(r: Any, where: str, i: int) -> Optional[Resource]:
         if value is not None and not isinstance(value, str):
             raise PlanFormatError(f"{at}: {key} must be a string, got {_kind(value)}")
         fields[key] = value or ""
-    for key in ("custom", "protect", "external"):
+    for key, name in (("custom", "custom"), ("protect", "protect"), ("external", "external"),
+                      ("retainOnDelete", "retain_on_delete")):
         value = r.get(key, False)
         if value is not None and not isinstance(value, bool):
             raise PlanFormatError(f"{at}: {key} must be true or false, got {json.dumps(value)[:40]}")
-        fields[key] = bool(value)
+        fields[name] = bool(value)
     deps = _str_list(r.get("dependencies"), f"{at}: dependencies")
     raw_pd = r.get("propertyDependencies")
     prop_deps: dict[str, tuple[str, ...]] = {}

@@ -206,6 +206,8 @@ def to_stack_export(rendered: Rendered) -> dict[str, Any]:
             # The SDK gathers dependencies in sets, whose order changes with each process's hash seed.
             "dependencies": sorted(reg.dependencies),
         }
+        if reg.retain_on_delete:  # as `pulumi stack export` writes it (omitted when false)
+            entry["retainOnDelete"] = True
         if reg.property_dependencies:
             entry["propertyDependencies"] = {k: sorted(v) for k, v in sorted(reg.property_dependencies.items())}
         if reg.custom:

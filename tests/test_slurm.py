@@ -970,3 +970,45 @@ def test_the_window_timer_closes_the_partition_and_powers_nodes_down_outside_and
     write_state(st, part="UP", **{"scontrol.log": ""})
     _run(tmp_path / "slurm-window", power.window_script(inside), env)
     assert "update" not in (st / "scontrol.log").read_text()  # nothing to change: nothing done
+
+
+def test_a_stop_asked_for_during_a_first_boot_waits_until_the_boot_has_had_its_time(tmp_path):
+    """A job given to a node still in its first boot waits ResumeTimeout, then Slurm asks to stop it: stopped then, the
+    boot (driver, packages, health check; cloud-init runs it once) would end half done. A node never up in Slurm that
+    started less than FIRST_BOOT_S ago keeps running; reconcile stops it once that time has passed, if it never
+    came up. A node that has been up is stopped at once."""
+    import datetime
+
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S+00:00")
+    c = cluster(nodes=2, paths=Paths().rooted(str(tmp_path / "node")))
+    env, st = _power_env(tmp_path, f"0\ti-000\trunning\t{now}\n1\ti-111\trunning\t{now}\n")
+    Path(c.paths.power_spool).mkdir(parents=True)
+    agent = tmp_path / "power-agent"
+    write_state(st, nodes=["NodeName=llm-node-1 Arch=x86_64 State=IDLE ThreadsPerCore=1"])  # node 1 has been up
+    _run(agent, power.agent_script(c, max_polls=1, reconcile_polls=1), env)
+    write_state(st, nodes=["NodeName=llm-node-0 Arch=x86_64 State=IDLE+CLOUD+POWERED_DOWN ThreadsPerCore=1",
+                           "NodeName=llm-node-1 Arch=x86_64 State=IDLE+POWERED_DOWN ThreadsPerCore=1"])
+    _run(tmp_path / "slurm-suspend", power.request_script(c, "suspend"), env, "llm-node-[0-1]")
+    r = _run(agent, power.agent_script(c, max_polls=1), env)
+    assert r.returncode == 0 and (st / "ec2.log").read_text() == "stop i-111\n", r.stderr
+    assert "llm-node-0: i-000 has never been up in Slurm" in r.stderr and not list(Path(c.paths.power_spool).iterdir())
+    deferred = Path(f"{c.paths.power_spool}-deferred")
+    assert [p.name for p in deferred.iterdir()] == ["llm-node-0"]
+    r = _run(agent, power.agent_script(c, max_polls=1, reconcile_polls=1), env)  # still within FIRST_BOOT_S
+    assert (st / "ec2.log").read_text() == "stop i-111\n" and power.FIRST_BOOT_S == 7200
+    r = _run(agent, power.agent_script(c, max_polls=1, reconcile_polls=1, first_boot_s=0), env)
+    assert (st / "ec2.log").read_text().splitlines()[-1] == "stop i-000", r.stderr
+    assert "it did not come up in Slurm within its first boot" in r.stderr and not list(deferred.iterdir())
+
+
+def test_a_spot_node_is_never_asked_to_stop(tmp_path):
+    """A one-time spot instance cannot be stopped: a stop Slurm asks for (a failed resume) is dropped with a word
+    in the log, not sent and queued again forever; the on-demand node beside it is stopped."""
+    c = cluster(nodes=2, purchase="mixed", paths=Paths().rooted(str(tmp_path / "node")))
+    assert c.spot_indices == (1,)
+    env, st = _power_env(tmp_path, "0\ti-000\trunning\n1\ti-111\trunning\n")
+    Path(c.paths.power_spool).mkdir(parents=True)
+    _run(tmp_path / "slurm-suspend", power.request_script(c, "suspend"), env, "llm-node-[0-1]")
+    r = _run(tmp_path / "power-agent", power.agent_script(c, max_polls=1), env)
+    assert (st / "ec2.log").read_text() == "stop i-000\n" and "llm-node-1: a spot node cannot be stopped" in r.stderr
+    assert not list(Path(c.paths.power_spool).iterdir())

@@ -20,7 +20,7 @@ from components import catalog
 from components.cloudinit import USER_DATA_LIMIT, decode
 from components.slurm import SlurmCluster, node_boot_parts
 from components.slurm.bundle import END, bundle_script, sha256, unpack
-from components.tencentcloud.boot import COS_GET_PY, slurm_fetch_step
+from components.tencentcloud.boot import COS_GET_PY, SLURM_BOOT_DONE, slurm_fetch_script
 from conftest import gpu_nodes, render_plan
 
 TC_INSTANCE = "tencentcloud:Instance/instance:Instance"
@@ -144,14 +144,22 @@ def test_the_node_fetches_its_boot_with_its_role_checks_the_hash_and_runs_it(tmp
            "GPU_CLUSTER_COS_ENDPOINT": cloud}
 
     def fetch(sha: str, tries_path: Path) -> subprocess.CompletedProcess:
-        step = slurm_fetch_step(bucket="tc-large-boot-1250000000", key=key, sha256=sha, region="ap-shanghai",
-                                role="tc-large-node")
-        tries_path.write_text(step.script.replace("sleep 15", "sleep 0"))
+        script = slurm_fetch_script(bucket="tc-large-boot-1250000000", key=key, sha256=sha, region="ap-shanghai",
+                                    role="tc-large-node")
+        tries_path.write_text(script.replace("sleep 15", "sleep 0"))
         return subprocess.run(["bash", str(tries_path)], env=env, capture_output=True, text=True, timeout=120)
 
+    done = tmp_path / SLURM_BOOT_DONE.lstrip("/")
     r = fetch(sha256(boot), tmp_path / "fetch")
     assert r.returncode == 0 and (tmp_path / "ran").read_text() == "ran\n", r.stderr
-    assert _Cloud.seen == [(f"/{key}", True, "tok")]
+    assert _Cloud.seen == [(f"/{key}", True, "tok")] and done.exists()  # done: the unit runs it no more
+    # A boot that fails is not marked done: the unit runs it again (at the next boot, and every 15 min).
+    done.unlink()
+    failing = "#!/bin/bash\nexit 3\n"
+    _Cloud.objects[key] = failing.encode()
+    r = fetch(sha256(failing), tmp_path / "fetch")
+    assert r.returncode != 0 and not done.exists() and "runs again at the next boot" in r.stderr
+    _Cloud.objects[key] = boot.encode()
     # An object that is not the one the user data pins is never run.
     (tmp_path / "ran").unlink()
     _Cloud.objects[key] = b"#!/bin/bash\necho evil > \"$GPU_CLUSTER_TEST_ROOT/ran\"\n"
@@ -174,6 +182,7 @@ def test_every_tencent_machine_pins_the_object_it_fetches(sample_plan):
         assert key.startswith(f"slurm/tc-large-{name}-") and key[-19:-3] == sha256(obj.inputs["content"])[:16]
         assert f"{sha256(obj.inputs['content'])}  $work/slurm-boot" in document
         assert obj.inputs["acl"] == "private" and obj.inputs["bucket"] == "tc-large-boot-1250000000"
+        assert obj.retain_on_delete  # a node made earlier still fetches its own when the plan moves on
         files = unpack(obj.inputs["content"])
         if name == "head":
             assert "/etc/slurm/slurm.conf" in files and machine.inputs["camRoleName"] == "tc-large-head"
@@ -193,3 +202,22 @@ def test_the_largest_tencent_nodes_fit_their_user_data_with_room_to_spare(change
     plan = render_plan("tencent-large", changes)
     sizes = [len(n.inputs["userData"]) for n in gpu_nodes(plan, TC_INSTANCE)]
     assert sizes and max(sizes) < USER_DATA_LIMIT * 0.6, sizes
+
+
+def test_the_slurm_boot_runs_from_a_unit_until_it_has_run_through(sample_plan):
+    """At first boot after the machine's own steps, then at every boot and every 15 min until it marks itself done:
+    a package mirror or the bucket out of reach for a while does not leave a machine without Slurm for good."""
+    from components.cloudinit import decode
+    from conftest import load_yaml
+
+    plan = sample_plan("tencent-entry")
+    for machine in plan.of_type(TC_INSTANCE):
+        doc = load_yaml(decode(machine.inputs["userData"]))
+        units = {f["path"]: f["content"] for f in doc["write_files"] if f["path"].startswith("/etc/systemd/system/")}
+        unit = units["/etc/systemd/system/gpu-cluster-slurm-boot.service"]
+        assert f"ConditionPathExists=!{SLURM_BOOT_DONE}" in unit and "WantedBy=multi-user.target" in unit
+        assert "OnUnitInactiveSec=15min" in units["/etc/systemd/system/gpu-cluster-slurm-boot.timer"]
+        runcmd = doc["runcmd"]
+        start = runcmd.index(["systemctl", "start", "gpu-cluster-slurm-boot.service"])
+        own = [i for i, c in enumerate(runcmd) if c[0].startswith("/usr/local/sbin/")]
+        assert all(i < start for i in own) and ["systemctl", "start", "gpu-cluster-slurm-boot.timer"] in runcmd

@@ -19,6 +19,9 @@ from components.catalog import Cloud
 from components.spec import NODE_TAG
 
 TCCLI = "/opt/gpu-cluster/tccli/bin/tccli"
+TCCLI_VERSION, TCCLI_SDK_VERSION = "3.1.189.1", "3.1.189"
+"""The tccli release the boot installs (PyPI tccli 3.1.189.1, whose cvm action models and output formats the power
+agent's calls were read from) and the Tencent Cloud SDK it requires (tencentcloud-sdk-python>=3.1.189)."""
 """Tencent's CLI in its own virtualenv (pip refuses system-wide installs on Ubuntu 24.04, PEP 668)."""
 
 # IMDSv2 (a session token first) for AWS; Tencent's metadata service takes plain GETs. Both print
@@ -70,7 +73,8 @@ class CloudOps:
     (they reach nothing in the cloud that the stack grants)."""
     instance_lookup: tuple[str, ...] | None = None
     """Prints one line per GPU node instance of the cluster (CLUSTER) that is not terminated: its index (the
-    gpu-cluster:node tag) and its instance id, separated by white space. None: Slurm does not start or stop this
+    gpu-cluster:node tag), its instance id, its state and when it started (AWS LaunchTime, the last start; Tencent
+    CreatedTime), separated by white space. None: Slurm does not start or stop this
     cloud's nodes (no power saving)."""
     instance_start: tuple[str, ...] | None = None
     """Starts the instances in the array INSTANCE_IDS (the same ids as a JSON array: INSTANCE_IDS_JSON)."""
@@ -124,7 +128,7 @@ AWS = CloudOps(
                      "--filters", "$CLUSTER_FILTER", f"Name=tag-key,Values={NODE_TAG}",
                      "Name=instance-state-name,Values=pending,running,stopping,stopped",
                      "--query",
-                     f"Reservations[].Instances[].[Tags[?Key=='{NODE_TAG}']|[0].Value,InstanceId,State.Name]",
+                     f"Reservations[].Instances[].[Tags[?Key=='{NODE_TAG}']|[0].Value,InstanceId,State.Name,LaunchTime]",
                      "--output", "text"),
     instance_start=("aws", "ec2", "start-instances", "--region", "$REGION", "--instance-ids", "$INSTANCE_IDS[@]",
                     "--output", "text"),
@@ -187,7 +191,7 @@ TENCENTCLOUD = CloudOps(
     instance_lookup=(TCCLI, "cvm", "DescribeInstances", "--region", "$REGION", "--use-cvm-role",
                      "--Filters", "$CLUSTER_FILTER", "--Limit", "100",
                      "--filter", "InstanceSet[?" + " && ".join(f"InstanceState!='{s}'" for s in TC_GONE_STATES)
-                     + f"].[Tags[?Key=='{NODE_TAG}']|[0].Value,InstanceId,InstanceState]",
+                     + f"].[Tags[?Key=='{NODE_TAG}']|[0].Value,InstanceId,InstanceState,CreatedTime]",
                      "--output", "text"),
     instance_start=(TCCLI, "cvm", "StartInstances", "--region", "$REGION", "--use-cvm-role",
                     "--InstanceIds", "$INSTANCE_IDS_JSON"),
@@ -195,9 +199,12 @@ TENCENTCLOUD = CloudOps(
                    "--InstanceIds", "$INSTANCE_IDS_JSON", "--StopType", "SOFT_FIRST", "--StoppedMode", "$STOPPED_MODE"),
     head_packages=("python3-venv",),
     node_packages=("python3-venv",),
+    # tccli pinned, with the SDK it requires (its metadata: tencentcloud-sdk-python>=3.1.189): the release whose
+    # --filter / --output text the power agent's lookup was checked against, not whatever PyPI has that day.
     cli_setup=(
         ("bash", "-c", "test -x /opt/gpu-cluster/tccli/bin/tccli || "
-                       "{ python3 -m venv /opt/gpu-cluster/tccli && /opt/gpu-cluster/tccli/bin/pip install --quiet tccli; }"),
+                       "{ python3 -m venv /opt/gpu-cluster/tccli && /opt/gpu-cluster/tccli/bin/pip install --quiet "
+                       f"tccli=={TCCLI_VERSION} tencentcloud-sdk-python=={TCCLI_SDK_VERSION}; }}"),
     ),
     unconfirmed=("secret_missing error code", "--cli-input-json on PutSecretValue", "metric_put (deprecated API)"),
 )

@@ -53,6 +53,11 @@ say() { echo "power-agent: $*" >&2; logger -t gpu-cluster-power -- "$*" 2> /dev/
 # (no capacity, a budget hold) is powered down again, so Slurm may try it for a later job after SuspendTimeout.
 down() { scontrol update nodename="$1" state=down reason="$REASON_PREFIX $2" || say "could not set $1 down"; }
 retry_later() { say "$1: $2; powered down to be tried again"; scontrol update nodename="$1" state=power_down_force || true; }
+started_within() {  # seconds: whether $started (the instance's start, ISO 8601) is less than that long ago
+  local t
+  t=$(date -d "$started" +%s 2> /dev/null) || return 1
+  [ $(($(date +%s) - t)) -lt "$1" ]
+}
 lookup() {  # sets $found; says why when the cloud refuses
   local err
   err=$(mktemp)
@@ -73,11 +78,25 @@ act() {  # mode hostlist; a stop that fails is queued again (a stopped node must
   fi
   for n in "${nodes[@]}"; do
     index=${n#"$NODE_PREFIX"}
-    id="" state=""
-    read -r id state < <(printf '%s\n' "$found" | awk -v i="$index" '$1 == i { print $2, $3; exit }') || true
+    id="" state="" started=""
+    read -r id state started < <(printf '%s\n' "$found" | awk -v i="$index" '$1 == i { print $2, $3, $4; exit }') || true
     if [ "$index" = "$n" ] || [ -z "$id" ]; then
       say "$n has no instance (terminated?): pulumi up creates it again"
       [ "$mode" = suspend ] || down "$n" "no instance; pulumi up creates it again"
+      continue
+    fi
+    # A one-time spot node cannot be stopped (EC2 user guide, "Stop a Spot Instance"; the spec refuses idle stops and
+    # windows on spot nodes): a stop Slurm asks for after a failed resume is dropped, the node stays DOWN in Slurm.
+    case " $SPOT_NODES " in
+      *" $n "*) [ "$mode" = suspend ] && { say "suspend $n: a spot node cannot be stopped; left to Slurm"; continue; } ;;
+    esac
+    # A node that has never been up in Slurm and started less than FIRST_BOOT_S ago is in its first boot (a job given
+    # to it waits ResumeTimeout, then Slurm asks to stop it): stopped now, the boot (driver, packages, health check)
+    # would end half done. The stop is deferred to reconcile, which makes it once the first boot has had its time.
+    if [ "$mode" = suspend ] && [ ! -e "$JOINED/$n" ] && started_within "$FIRST_BOOT_S"; then
+      mkdir -p "$DEFERRED"
+      [ -e "$DEFERRED/$n" ] || say "suspend $n: $id has never been up in Slurm and started at $started: its stop waits for its first boot"
+      echo "$id" > "$DEFERRED/$n"
       continue
     fi
     # Already as Slurm wants it: done (Tencent refuses to start a running instance or stop a stopped one,
@@ -129,8 +148,22 @@ reconcile() {
     else if (state !~ /POWER|NOT_RESPONDING|\*/) print "up", name
   }')
   found=""
-  if [ "${#down[@]}" -gt 0 ]; then lookup || return 0; fi
+  if [ "${#down[@]}" -gt 0 ] || compgen -G "$DEFERRED/*" > /dev/null; then lookup || return 0; fi
   now=$(date +%s)
+  # Stops deferred during a first boot (act): made once it has had FIRST_BOOT_S, if the node still never came up.
+  for f in "$DEFERRED"/*; do
+    [ -e "$f" ] || continue
+    n=${f##*/}
+    index=${n#"$NODE_PREFIX"}
+    id="" state="" started=""
+    read -r id state started < <(printf '%s\n' "$found" | awk -v i="$index" '$1 == i { print $2, $3, $4; exit }') || true
+    if [ -e "$JOINED/$n" ] || [ -z "$id" ] || [ "${state,,}" != running ]; then rm -f "$f"; continue; fi
+    started_within "$FIRST_BOOT_S" && continue
+    # shellcheck disable=SC2034  # (as in act)
+    INSTANCE_IDS=("$id") INSTANCE_IDS_JSON="[\"$id\"]"
+    if out=$(instance_stop 2>&1); then say "stopped $n ($id): it did not come up in Slurm within its first boot"; rm -f "$f"
+    else say "could not stop $id of $n: $(printf '%s' "$out" | tr -s '\n' ' ' | tail -c 200)"; fi
+  done
   for n in "${down[@]}"; do
     index=${n#"$NODE_PREFIX"}
     id="" state=""
@@ -211,6 +244,11 @@ def request_script(c: SlurmCluster, mode: str) -> str:
 RECONCILE_POLLS = 30
 """How often (in polls of POLL_S) power-agent looks for the instance of a node Slurm counts as powered down: a minute."""
 RECONCILE_GRACE_S = RESUME_TIMEOUT_S
+FIRST_BOOT_S = 7200
+"""How long after its start a node that has never been up in Slurm is left to its first boot before a stop Slurm asks
+for is made: Tencent's driver installer alone takes 15-25 minutes (components/tencentcloud/boot.py), then the CFS Turbo
+client, the Slurm packages, the wait for rdma-agent (up to 10 min) and for the mounts (up to 17 min), and the health
+check; ResumeTimeout (30 min) is what Slurm gives a resume, not a first boot."""
 """How long a node must have been seen powered down in Slurm with its instance running before power-agent stops it:
 Slurm's ResumeTimeout, the time a node has to register (a new node's first boot included)."""
 
@@ -223,7 +261,7 @@ def stopped_mode(c: SlurmCluster) -> str:
 
 
 def agent_script(c: SlurmCluster, poll_s: int = 2, max_polls: int = 0, reconcile_polls: int = RECONCILE_POLLS,
-                 reconcile_grace_s: int = RECONCILE_GRACE_S) -> str:
+                 reconcile_grace_s: int = RECONCILE_GRACE_S, first_boot_s: int = FIRST_BOOT_S) -> str:
     """power-agent: the root service on the head node that starts and stops the GPU node instances Slurm asked
     for, and stops the instance of a node Slurm counts as powered down. max_polls=0: forever (the systemd
     service); the tests bound it."""
@@ -237,6 +275,8 @@ def agent_script(c: SlurmCluster, poll_s: int = 2, max_polls: int = 0, reconcile
         "TRIES": START_TRIES, "RETRY_S": START_RETRY_S, "POLL_S": poll_s, "MAX_POLLS": max_polls,
         "RECONCILE_POLLS": reconcile_polls, "RECONCILE_GRACE_S": reconcile_grace_s,
         "SEEN": f"{c.paths.power_spool}-seen", "JOINED": f"{c.paths.power_spool}-joined",
+        "DEFERRED": f"{c.paths.power_spool}-deferred", "FIRST_BOOT_S": first_boot_s,
+        "SPOT_NODES": " ".join(c.node_name(i) for i in c.spot_indices),
         **({"STOPPED_MODE": stopped_mode(c)} if "$STOPPED_MODE" in o.instance_stop else {}),
     }, _POWER_BODY, [shell.function("instance_lookup", o.instance_lookup),
                      shell.function("instance_start", o.instance_start),

@@ -15,7 +15,7 @@ from typing import Optional
 from components.catalog import Shape
 import pulumi
 
-from components.cloudinit import BootConfig, DataDisk, LustreMount, Step, bash_script, encode, render, size_problem
+from components.cloudinit import SBIN, BootConfig, DataDisk, LustreMount, Step, bash_script, encode, render, size_problem
 
 # CFS Turbo is mounted with Tencent's Turbo client, which `cfs_turbo_client_setup` installs for the
 # running kernel and refuses on a kernel it does not support (CFS documentation, "Using CFS Turbo on
@@ -221,6 +221,7 @@ COS_ENDPOINT = "https://%(bucket)s.cos.%(region)s.myqcloud.com"
 SLURM_FETCH_TRIES, SLURM_FETCH_RETRY_S = 20, 15
 """The role's keys, and the object, may take a moment after the node starts: 5 minutes of tries."""
 _SLURM_FETCH_SH = r"""
+root=${GPU_CLUSTER_TEST_ROOT:-}
 metadata=${GPU_CLUSTER_METADATA_URL:-http://metadata.tencentyun.com/latest/meta-data}
 # EL 8 images may have no python3 before anything is installed; dnf's own platform-python is always there.
 py=$(command -v python3 || echo /usr/libexec/platform-python)
@@ -239,32 +240,79 @@ for ((try = 1; ; try++)); do
   sleep {retry}
 done
 echo "{sha256}  $work/slurm-boot" | sha256sum -c --quiet - || fail "{key} is not the Slurm boot this node was made with"
-bash "$work/slurm-boot"
+bash "$work/slurm-boot" || fail "the Slurm boot {key} failed; it runs again at the next boot and every 15 min"
+mkdir -p "$(dirname "$root{done}")"
+date -u +%Y-%m-%dT%H:%M:%SZ > "$root{done}"
 """
 
 
 _SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
 
 
-def slurm_fetch_step(*, bucket: str, key: str, sha256: str, region: str, role: str) -> Step:
-    """The boot step that fetches the node's Slurm boot from the boot bucket, checks its hash and runs it."""
+SYSTEMD = "/etc/systemd/system"
+SLURM_BOOT_DONE = "/var/lib/gpu-cluster/slurm-boot.done"
+"""Written once this machine's Slurm boot has run to the end without a failure; until then the unit runs it again."""
+SLURM_BOOT_UNIT, SLURM_BOOT_TIMER = "gpu-cluster-slurm-boot.service", "gpu-cluster-slurm-boot.timer"
+SLURM_BOOT_RETRY_MIN = 15
+_SLURM_BOOT_UNIT = """[Unit]
+Description=Fetch and run this machine's Slurm boot until it has once run through (gpu-cluster)
+Wants=network-online.target
+After=network-online.target
+ConditionPathExists=!{done}
+
+[Service]
+Type=oneshot
+ExecStart={exec}
+TimeoutStartSec=3600
+
+[Install]
+WantedBy=multi-user.target
+"""
+_SLURM_BOOT_TIMER = """[Unit]
+Description=Try this machine's Slurm boot again every {every} min until it has run through (gpu-cluster)
+
+[Timer]
+OnBootSec={every}min
+OnUnitInactiveSec={every}min
+
+[Install]
+WantedBy=timers.target
+"""
+
+
+def slurm_fetch_script(*, bucket: str, key: str, sha256: str, region: str, role: str) -> str:
+    """The script that fetches the machine's Slurm boot from the boot bucket, checks its hash, runs it, and marks it
+    done (SLURM_BOOT_DONE) only when it ran through."""
     for name, value in (("bucket", bucket), ("key", key), ("region", region), ("role", role)):
         if not _SAFE.match(value):
-            raise ValueError(f"slurm_fetch_step: {name} {value!r} is not a plain name")
+            raise ValueError(f"slurm_fetch_script: {name} {value!r} is not a plain name")
     if not re.fullmatch(r"[0-9a-f]{64}", sha256):
-        raise ValueError(f"slurm_fetch_step: {sha256!r} is not a SHA-256")
-    return Step("gpu-cluster-slurm-boot", bash_script(
-        "gpu-cluster-slurm-boot", "Fetch this node's Slurm boot from the cluster's boot bucket and run it",
+        raise ValueError(f"slurm_fetch_script: {sha256!r} is not a SHA-256")
+    return bash_script(
+        "gpu-cluster-slurm-boot", "Fetch this machine's Slurm boot from the cluster's boot bucket and run it",
         _SLURM_FETCH_SH.replace("{python}", COS_GET_PY.strip("\n")).replace("{endpoint}", COS_ENDPOINT)
         .replace("{bucket}", bucket).replace("{region}", region).replace("{key}", key).replace("{role}", role)
         .replace("{sha256}", sha256).replace("{tries}", str(SLURM_FETCH_TRIES))
-        .replace("{retry}", str(SLURM_FETCH_RETRY_S))))
+        .replace("{retry}", str(SLURM_FETCH_RETRY_S)).replace("{done}", SLURM_BOOT_DONE))
 
 
 def with_slurm_boot(base: BootConfig, packages: tuple[str, ...], boot_object: tuple[str, str, str], region: str,
                     role: str) -> BootConfig:
     """`base` (a node's or the head node's own boot) plus its Slurm part from the boot bucket: the packages cloud-init
-    installs, then the step that fetches and runs the rest (slurm_fetch_step)."""
+    installs, and a unit that fetches and runs the rest (slurm_fetch_script), at first boot after the machine's own
+    steps, and again at every boot and every SLURM_BOOT_RETRY_MIN until it has run through once: a package mirror
+    or the bucket out of reach for a while does not leave the machine without Slurm for good."""
     bucket, key, sha = boot_object
-    return dataclasses.replace(base, packages=tuple(base.packages) + tuple(packages), steps=tuple(base.steps) + (
-        slurm_fetch_step(bucket=bucket, key=key, sha256=sha, region=region, role=role),))
+    script = f"{SBIN}/gpu-cluster-slurm-boot"
+    files = (
+        {"path": script, "permissions": "0755", "owner": "root:root",
+         "content": slurm_fetch_script(bucket=bucket, key=key, sha256=sha, region=region, role=role)},
+        {"path": f"{SYSTEMD}/{SLURM_BOOT_UNIT}", "permissions": "0644", "owner": "root:root",
+         "content": _SLURM_BOOT_UNIT.replace("{done}", SLURM_BOOT_DONE).replace("{exec}", script)},
+        {"path": f"{SYSTEMD}/{SLURM_BOOT_TIMER}", "permissions": "0644", "owner": "root:root",
+         "content": _SLURM_BOOT_TIMER.replace("{every}", str(SLURM_BOOT_RETRY_MIN))},
+    )
+    commands = (("systemctl", "daemon-reload"), ("systemctl", "enable", SLURM_BOOT_UNIT, SLURM_BOOT_TIMER),
+                ("systemctl", "start", SLURM_BOOT_UNIT), ("systemctl", "start", SLURM_BOOT_TIMER))
+    return dataclasses.replace(base, packages=tuple(base.packages) + tuple(packages),
+                               files=tuple(base.files) + files, commands=tuple(base.commands) + commands)

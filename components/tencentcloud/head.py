@@ -140,7 +140,7 @@ class Head(pulumi.ComponentResource):
 
         user = tencentcloud.user.get_info_output(opts=pulumi.InvokeOutputOptions(parent=self))
         self._user, self._prefix, self._roles = user, prefix, {}
-        self._boot_bucket(prefix, tags, args, user, child)
+        self._boot_bucket(prefix, tags, args, user)
         head_role = self._role(prefix, "head", "the Slurm head node", args, user, write=True, child=child)
         node_role = self._role(prefix, "node", "the GPU nodes", args, user, write=False, child=child)
         self.node_role_name = node_role
@@ -214,8 +214,7 @@ class Head(pulumi.ComponentResource):
         tencentcloud.cam.RolePolicyAttachment(f"{self._prefix}-head-power-attach", role_id=self._roles["head"].id,
                                               policy_id=policy.id, opts=child)
 
-    def _boot_bucket(self, prefix: str, tags: dict[str, str], args: HeadArgs, user,
-                     child: pulumi.ResourceOptions) -> None:
+    def _boot_bucket(self, prefix: str, tags: dict[str, str], args: HeadArgs, user) -> None:
         """The private bucket holding each machine's Slurm boot (components/slurm/bundle.py), which its user data
         fetches, and those objects: node_boot[i] is (bucket, key, SHA-256) for node i, head_boot the head node's (its
         user data is near Tencent's 16 KB too, and a change of it replaces the head node, as before). A key names its
@@ -228,16 +227,20 @@ class Head(pulumi.ComponentResource):
             lambda v: boot_objects_resource(args.region, v[0], v[1]))
         self.boot_objects: list[tencentcloud.cos.BucketObject] = []
         self.node_boot = [self._boot_object(f"{prefix}-node-{i}", args.slurm.apply(
-            lambda c, i=i: bundle_script(node_boot_parts(c, i), f"GPU node {c.node_name(i)}")), child)
+            lambda c, i=i: bundle_script(node_boot_parts(c, i), f"GPU node {c.node_name(i)}")))
             for i in range(args.nodes)]
         self.head_boot = self._boot_object(f"{prefix}-head", args.slurm.apply(
-            lambda c: bundle_script(head_boot_parts(c), f"head node {c.head_name}")), child)
+            lambda c: bundle_script(head_boot_parts(c), f"head node {c.head_name}")))
 
-    def _boot_object(self, name: str, script: pulumi.Output[str], child: pulumi.ResourceOptions) -> pulumi.Output:
+    def _boot_object(self, name: str, script: pulumi.Output[str]) -> pulumi.Output:
         """One machine's Slurm boot as an object of the boot bucket: (bucket, key, SHA-256), what its user data names."""
         key = script.apply(lambda text: f"{BOOT_PREFIX}{name}-{bundle_sha256(text)[:16]}.sh")
+        # Kept in the bucket when the plan moves on to a new key (retain_on_delete): a node created earlier, or
+        # recreated with its state's user data (ignore_changes keeps it: compute.py), still fetches the boot it names;
+        # the bucket's lifecycle rules do not expire current objects, so old ones stay until the bucket goes.
         obj = tencentcloud.cos.BucketObject(f"{name}-slurm-boot", bucket=self.boot_bucket.bucket, key=key,
-                                            content=script, acl="private", opts=child)
+                                            content=script, acl="private",
+                                            opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True))
         self.boot_objects.append(obj)
         return pulumi.Output.all(obj.bucket, obj.key, script).apply(lambda v: (v[0], v[1], bundle_sha256(v[2])))
 

@@ -106,7 +106,7 @@ def _account_notes(spec: "ClusterSpec") -> list[str]:
     if spec.scheduler == "slurm":
         services.append("Secrets Manager (SSM) with its SSM_QCSRole service role (SSM documentation, \"Quick "
                         "start\"), for the munge key")
-    if spec.schedule is not None or spec.idle_stop is not None:
+    if (spec.schedule is not None or spec.idle_stop is not None) and not power.plan_tags(spec):
         services.append("Serverless Cloud Function with its SCF_QcsRole service role, for the cost controls "
                         "(the SCF API has the error FailedOperation.QcsRoleNotFound; a sub-account that deploys "
                         f"also needs cam:PassRole on the role {spec.name}-cost-controls, which the function runs as)")

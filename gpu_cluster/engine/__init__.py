@@ -101,6 +101,8 @@ class Registration:
     ignore_changes: list[str] = field(default_factory=list)
     property_dependencies: dict[str, list[str]] = field(default_factory=dict)
     delete_before_replace: bool = False
+    retain_on_delete: bool = False
+    """The provider's Delete is not called: the resource stays in the cloud when it leaves the state."""
     custom_timeouts: dict = field(default_factory=dict)
     """create / update / delete waits the program asks the provider for (ResourceOptions.custom_timeouts)."""
 
@@ -146,6 +148,7 @@ class RecordingMonitor(MockMonitor):
             ignore_changes=list(request.ignoreChanges),
             property_dependencies={k: list(v.urns) for k, v in request.propertyDependencies.items()},
             delete_before_replace=bool(request.deleteBeforeReplace),
+            retain_on_delete=bool(getattr(request, "retainOnDelete", False)),
             custom_timeouts={k: v for k in ("create", "update", "delete")
                              if (v := getattr(request.customTimeouts, k, ""))},
         ))
