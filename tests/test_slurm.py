@@ -1012,3 +1012,41 @@ def test_a_spot_node_is_never_asked_to_stop(tmp_path):
     r = _run(tmp_path / "power-agent", power.agent_script(c, max_polls=1), env)
     assert (st / "ec2.log").read_text() == "stop i-000\n" and "llm-node-1: a spot node cannot be stopped" in r.stderr
     assert not list(Path(c.paths.power_spool).iterdir())
+    # nor by reconcile, once it has been up and Slurm counts it powered down while it runs
+    agent = tmp_path / "power-agent"
+    write_state(st, nodes=["NodeName=llm-node-1 Arch=x86_64 State=IDLE ThreadsPerCore=1"])
+    _run(agent, power.agent_script(c, max_polls=1, reconcile_polls=1, reconcile_grace_s=0), env)
+    write_state(st, nodes=["NodeName=llm-node-1 Arch=x86_64 State=DOWN+POWERED_DOWN ThreadsPerCore=1"])
+    for _ in range(2):
+        _run(agent, power.agent_script(c, max_polls=1, reconcile_polls=1, reconcile_grace_s=0), env)
+    assert (st / "ec2.log").read_text() == "stop i-000\n"
+
+
+def test_a_resume_cancels_a_deferred_stop_and_a_deferral_waits_out_a_reboot(tmp_path):
+    """A stop deferred during a first boot is cancelled by a resume of the node (a window opened, a job came) and
+    kept while the instance is pending or rebooting; an empty start time is no start time (not today's midnight)."""
+    import datetime
+
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    c = cluster(nodes=1, paths=Paths().rooted(str(tmp_path / "node")))
+    env, st = _power_env(tmp_path, f"0\ti-000\trunning\t{now}\n")
+    Path(c.paths.power_spool).mkdir(parents=True)
+    agent, deferred = tmp_path / "power-agent", Path(f"{c.paths.power_spool}-deferred")
+    write_state(st, nodes=["NodeName=llm-node-0 Arch=x86_64 State=IDLE+CLOUD+POWERED_DOWN ThreadsPerCore=1"])
+    _run(tmp_path / "slurm-suspend", power.request_script(c, "suspend"), env, "llm-node-[0-0]")
+    _run(agent, power.agent_script(c, max_polls=1), env)
+    assert [p.name for p in deferred.iterdir()] == ["llm-node-0"]
+    write_state(st, instances=f"0\ti-000\tpending\t{now}\n")  # rebooting: kept
+    _run(agent, power.agent_script(c, max_polls=1, reconcile_polls=1, first_boot_s=0), env)
+    assert [p.name for p in deferred.iterdir()] == ["llm-node-0"] and not (st / "ec2.log").exists()
+    write_state(st, instances=f"0\ti-000\trunning\t{now}\n",
+                nodes=["NodeName=llm-node-0 Arch=x86_64 State=ALLOCATED+CLOUD+POWERING_UP ThreadsPerCore=1"])
+    _run(tmp_path / "slurm-resume", power.request_script(c, "resume"), env, "llm-node-[0-0]")
+    r = _run(agent, power.agent_script(c, max_polls=1, reconcile_polls=1, first_boot_s=0), env)
+    assert not list(deferred.iterdir()) and not (st / "ec2.log").exists(), r.stderr
+    # no start time at all: the stop is made (never deferred)
+    write_state(st, instances="0\ti-000\trunning\n",
+                nodes=["NodeName=llm-node-0 Arch=x86_64 State=IDLE+CLOUD+POWERED_DOWN ThreadsPerCore=1"])
+    _run(tmp_path / "slurm-suspend", power.request_script(c, "suspend"), env, "llm-node-[0-0]")
+    _run(agent, power.agent_script(c, max_polls=1), env)
+    assert (st / "ec2.log").read_text() == "stop i-000\n" and not list(deferred.iterdir())

@@ -55,6 +55,7 @@ down() { scontrol update nodename="$1" state=down reason="$REASON_PREFIX $2" || 
 retry_later() { say "$1: $2; powered down to be tried again"; scontrol update nodename="$1" state=power_down_force || true; }
 started_within() {  # seconds: whether $started (the instance's start, ISO 8601) is less than that long ago
   local t
+  [ -n "$started" ] || return 1  # (date -d "" is today's midnight)
   t=$(date -d "$started" +%s 2> /dev/null) || return 1
   [ $(($(date +%s) - t)) -lt "$1" ]
 }
@@ -85,11 +86,19 @@ act() {  # mode hostlist; a stop that fails is queued again (a stopped node must
       [ "$mode" = suspend ] || down "$n" "no instance; pulumi up creates it again"
       continue
     fi
+    if [ "$mode" = resume ]; then rm -f "$DEFERRED/$n"; fi  # a resume cancels a stop deferred for its first boot
+    # Already as Slurm wants it: done (Tencent refuses to start a running instance or stop a stopped one,
+    # UnsupportedOperation.InstanceStateRunning / InstanceStateStopped; a node still in its first boot is running).
+    case "$mode:${state,,}" in
+      resume:running|resume:pending|resume:starting|suspend:stopped)
+        say "$mode $n: $id is already ${state,,}"; continue ;;
+    esac
     # A one-time spot node cannot be stopped (EC2 user guide, "Stop a Spot Instance"; the spec refuses idle stops and
     # windows on spot nodes): a stop Slurm asks for after a failed resume is dropped, the node stays DOWN in Slurm.
-    case " $SPOT_NODES " in
-      *" $n "*) [ "$mode" = suspend ] && { say "suspend $n: a spot node cannot be stopped; left to Slurm"; continue; } ;;
-    esac
+    if [ "$mode" = suspend ] && [[ " $SPOT_NODES " == *" $n "* ]]; then
+      say "suspend $n: a spot node cannot be stopped; left to Slurm"
+      continue
+    fi
     # A node that has never been up in Slurm and started less than FIRST_BOOT_S ago is in its first boot (a job given
     # to it waits ResumeTimeout, then Slurm asks to stop it): stopped now, the boot (driver, packages, health check)
     # would end half done. The stop is deferred to reconcile, which makes it once the first boot has had its time.
@@ -99,12 +108,6 @@ act() {  # mode hostlist; a stop that fails is queued again (a stopped node must
       echo "$id" > "$DEFERRED/$n"
       continue
     fi
-    # Already as Slurm wants it: done (Tencent refuses to start a running instance or stop a stopped one,
-    # UnsupportedOperation.InstanceStateRunning / InstanceStateStopped; a node still in its first boot is running).
-    case "$mode:${state,,}" in
-      resume:running|resume:pending|resume:starting|suspend:stopped)
-        say "$mode $n: $id is already ${state,,}"; continue ;;
-    esac
     # shellcheck disable=SC2034  # each cloud's instance_start / instance_stop reads one of the two forms
     INSTANCE_IDS=("$id") INSTANCE_IDS_JSON="[\"$id\"]"
     for ((try = 1; try <= TRIES; try++)); do
@@ -130,12 +133,13 @@ act() {  # mode hostlist; a stop that fails is queued again (a stopped node must
 # once it has been seen so for RECONCILE_GRACE_S (ResumeTimeout): the first sighting is kept in $SEEN/<node>.
 reconcile() {
   local n index id state first now kind
-  local -a down=()
+  local -a down=() powered_down=() up=()
   mkdir -p "$SEEN" "$JOINED"
   while read -r kind n; do
     case "$kind" in
-      up) touch "$JOINED/$n" ;;
-      down) [ -e "$JOINED/$n" ] && down+=("$n") ;;
+      up) touch "$JOINED/$n"; up+=("$n") ;;
+      rising) up+=("$n") ;;
+      down) powered_down+=("$n"); if [ -e "$JOINED/$n" ]; then down+=("$n"); fi ;;
     esac
   done < <(scontrol show nodes -o 2> /dev/null | awk '{
     name = ""; state = ""
@@ -145,6 +149,7 @@ reconcile() {
     }
     if (name == "") next
     if (state ~ /POWERED_DOWN/ && state !~ /POWERING_/) print "down", name
+    else if (state ~ /POWERING_UP/) print "rising", name
     else if (state !~ /POWER|NOT_RESPONDING|\*/) print "up", name
   }')
   found=""
@@ -157,7 +162,11 @@ reconcile() {
     index=${n#"$NODE_PREFIX"}
     id="" state="" started=""
     read -r id state started < <(printf '%s\n' "$found" | awk -v i="$index" '$1 == i { print $2, $3, $4; exit }') || true
-    if [ -e "$JOINED/$n" ] || [ -z "$id" ] || [ "${state,,}" != running ]; then rm -f "$f"; continue; fi
+    # dropped once the node came up or is being started, or its instance is stopped or gone; kept otherwise (a
+    # node still powering down, an instance pending or rebooting)
+    if [ -e "$JOINED/$n" ] || [ -z "$id" ] || printf '%s\n' "${up[@]}" | grep -qxF -- "$n"; then rm -f "$f"; continue; fi
+    case "${state,,}" in stopped|stopping) rm -f "$f"; continue ;; esac
+    if [ "${state,,}" != running ] || ! printf '%s\n' "${powered_down[@]}" | grep -qxF -- "$n"; then continue; fi
     started_within "$FIRST_BOOT_S" && continue
     # shellcheck disable=SC2034  # (as in act)
     INSTANCE_IDS=("$id") INSTANCE_IDS_JSON="[\"$id\"]"
@@ -165,6 +174,7 @@ reconcile() {
     else say "could not stop $id of $n: $(printf '%s' "$out" | tr -s '\n' ' ' | tail -c 200)"; fi
   done
   for n in "${down[@]}"; do
+    case " $SPOT_NODES " in *" $n "*) continue ;; esac  # (a spot node cannot be stopped: act)
     index=${n#"$NODE_PREFIX"}
     id="" state=""
     read -r id state < <(printf '%s\n' "$found" | awk -v i="$index" '$1 == i { print $2, $3; exit }') || true
@@ -244,13 +254,13 @@ def request_script(c: SlurmCluster, mode: str) -> str:
 RECONCILE_POLLS = 30
 """How often (in polls of POLL_S) power-agent looks for the instance of a node Slurm counts as powered down: a minute."""
 RECONCILE_GRACE_S = RESUME_TIMEOUT_S
+"""How long a node must have been seen powered down in Slurm with its instance running before power-agent stops it:
+Slurm's ResumeTimeout, the time a node has to register."""
 FIRST_BOOT_S = 7200
 """How long after its start a node that has never been up in Slurm is left to its first boot before a stop Slurm asks
 for is made: Tencent's driver installer alone takes 15-25 minutes (components/tencentcloud/boot.py), then the CFS Turbo
 client, the Slurm packages, the wait for rdma-agent (up to 10 min) and for the mounts (up to 17 min), and the health
 check; ResumeTimeout (30 min) is what Slurm gives a resume, not a first boot."""
-"""How long a node must have been seen powered down in Slurm with its instance running before power-agent stops it:
-Slurm's ResumeTimeout, the time a node has to register (a new node's first boot included)."""
 
 
 def stopped_mode(c: SlurmCluster) -> str:

@@ -243,6 +243,8 @@ echo "{sha256}  $work/slurm-boot" | sha256sum -c --quiet - || fail "{key} is not
 bash "$work/slurm-boot" || fail "the Slurm boot {key} failed; it runs again at the next boot and every 15 min"
 mkdir -p "$(dirname "$root{done}")"
 date -u +%Y-%m-%dT%H:%M:%SZ > "$root{done}"
+# done: the retry timer has nothing more to do
+if [ -z "$root" ]; then systemctl disable --now {timer} > /dev/null 2>&1 || true; fi
 """
 
 
@@ -293,7 +295,8 @@ def slurm_fetch_script(*, bucket: str, key: str, sha256: str, region: str, role:
         _SLURM_FETCH_SH.replace("{python}", COS_GET_PY.strip("\n")).replace("{endpoint}", COS_ENDPOINT)
         .replace("{bucket}", bucket).replace("{region}", region).replace("{key}", key).replace("{role}", role)
         .replace("{sha256}", sha256).replace("{tries}", str(SLURM_FETCH_TRIES))
-        .replace("{retry}", str(SLURM_FETCH_RETRY_S)).replace("{done}", SLURM_BOOT_DONE))
+        .replace("{retry}", str(SLURM_FETCH_RETRY_S)).replace("{done}", SLURM_BOOT_DONE)
+        .replace("{timer}", SLURM_BOOT_TIMER))
 
 
 def with_slurm_boot(base: BootConfig, packages: tuple[str, ...], boot_object: tuple[str, str, str], region: str,

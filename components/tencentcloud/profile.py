@@ -102,8 +102,9 @@ class TencentCloudProfile(CloudProfile):
     def default_scheduler_note(self) -> str:
         return ("scheduler: slurm is the default on tencentcloud since December 2026 (it was none on the default image): "
                 "a cluster deployed before, whose stack says nothing about scheduler, keeps nodes made without Slurm "
-                "(their user data is kept, even by `pulumi up --replace`), which never join it and which its schedule "
-                "and idle_stop, Slurm's now, no longer stop (the SCF function goes); set scheduler: none to keep such "
+                "(their user data is kept, even by `pulumi up --replace`), which never join it, which the power agent "
+                "does not stop on its own, and which its schedule and idle_stop, Slurm's now, no longer stop (the SCF "
+                "function goes); set scheduler: none to keep such "
                 "a cluster as it was, or recreate its nodes (`pulumi destroy --target <node urn> --target-dependents`, "
                 "then `pulumi up`: docs/clouds.md)")
 
