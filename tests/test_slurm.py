@@ -1050,3 +1050,15 @@ def test_a_resume_cancels_a_deferred_stop_and_a_deferral_waits_out_a_reboot(tmp_
     _run(tmp_path / "slurm-suspend", power.request_script(c, "suspend"), env, "llm-node-[0-0]")
     _run(agent, power.agent_script(c, max_polls=1), env)
     assert (st / "ec2.log").read_text() == "stop i-000\n" and not list(deferred.iterdir())
+
+
+def test_where_two_instances_carry_a_node_index_the_newest_is_the_node(tmp_path):
+    """During a replacement made before the old instance is gone, two instances carry one gpu-cluster:node index:
+    the agent acts on the newest, not on whichever the cloud lists first."""
+    c = cluster(nodes=1, paths=Paths().rooted(str(tmp_path / "node")))
+    env, st = _power_env(tmp_path, "0\ti-old\tstopped\t2026-11-01T10:00:00+00:00\n"
+                                   "0\ti-new\tstopped\t2026-12-01T10:00:00+00:00\n")
+    Path(c.paths.power_spool).mkdir(parents=True)
+    _run(tmp_path / "slurm-resume", power.request_script(c, "resume"), env, "llm-node-[0-0]")
+    r = _run(tmp_path / "power-agent", power.agent_script(c, max_polls=1), env)
+    assert (st / "ec2.log").read_text() == "start i-new\n", r.stderr

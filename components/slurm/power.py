@@ -59,6 +59,11 @@ started_within() {  # seconds: whether $started (the instance's start, ISO 8601)
   t=$(date -d "$started" +%s 2> /dev/null) || return 1
   [ $(($(date +%s) - t)) -lt "$1" ]
 }
+instance_of() {  # index: "id state started" of its instance in $found; the newest where two carry the index (a
+  # replacement made before the old one is gone); ISO 8601 times in one form compare as text
+  printf '%s\n' "$found" | awk -v i="$1" '$1 == i && (n == 0 || $4 > best) { n = 1; best = $4; line = $2 " " $3 " " $4 }
+    END { if (n) print line }'
+}
 lookup() {  # sets $found; says why when the cloud refuses
   local err
   err=$(mktemp)
@@ -80,7 +85,7 @@ act() {  # mode hostlist; a stop that fails is queued again (a stopped node must
   for n in "${nodes[@]}"; do
     index=${n#"$NODE_PREFIX"}
     id="" state="" started=""
-    read -r id state started < <(printf '%s\n' "$found" | awk -v i="$index" '$1 == i { print $2, $3, $4; exit }') || true
+    read -r id state started < <(instance_of "$index") || true
     if [ "$index" = "$n" ] || [ -z "$id" ]; then
       say "$n has no instance (terminated?): pulumi up creates it again"
       [ "$mode" = suspend ] || down "$n" "no instance; pulumi up creates it again"
@@ -132,7 +137,7 @@ act() {  # mode hostlist; a stop that fails is queued again (a stopped node must
 # boot, and a node made without Slurm (a cluster deployed before Slurm was its default) never registers. And only
 # once it has been seen so for RECONCILE_GRACE_S (ResumeTimeout): the first sighting is kept in $SEEN/<node>.
 reconcile() {
-  local n index id state first now kind
+  local n index id state started first now kind
   local -a down=() powered_down=() up=()
   mkdir -p "$SEEN" "$JOINED"
   while read -r kind n; do
@@ -161,7 +166,7 @@ reconcile() {
     n=${f##*/}
     index=${n#"$NODE_PREFIX"}
     id="" state="" started=""
-    read -r id state started < <(printf '%s\n' "$found" | awk -v i="$index" '$1 == i { print $2, $3, $4; exit }') || true
+    read -r id state started < <(instance_of "$index") || true
     # dropped once the node came up or is being started, or its instance is stopped or gone; kept otherwise (a
     # node still powering down, an instance pending or rebooting)
     if [ -e "$JOINED/$n" ] || [ -z "$id" ] || printf '%s\n' "${up[@]}" | grep -qxF -- "$n"; then rm -f "$f"; continue; fi
@@ -177,7 +182,7 @@ reconcile() {
     case " $SPOT_NODES " in *" $n "*) continue ;; esac  # (a spot node cannot be stopped: act)
     index=${n#"$NODE_PREFIX"}
     id="" state=""
-    read -r id state < <(printf '%s\n' "$found" | awk -v i="$index" '$1 == i { print $2, $3; exit }') || true
+    read -r id state started < <(instance_of "$index") || true
     [ "$index" != "$n" ] && [ "${state,,}" = running ] || continue
     first=$(cat "$SEEN/$n" 2> /dev/null || true)
     case "$first" in ''|*[!0-9]*) echo "$now" > "$SEEN/$n"; continue ;; esac
