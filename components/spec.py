@@ -632,8 +632,8 @@ def _filled_spec(spec: ClusterSpec, profile: clouds.CloudProfile, shape: Shape, 
             notes.append(f"idle_stop: on by default for this experimental on-demand cluster (Slurm power saving "
                          f"stops a node that has had no job for {DEFAULT_IDLE_MINUTES} min); idle_stop: null turns "
                          f"it off")
-    if "scheduler" not in spec.model_fields_set and profile.default_scheduler_note():
-        notes.append(profile.default_scheduler_note())
+    if "scheduler" not in spec.model_fields_set and (note := profile.default_scheduler_note()):
+        notes.append(note)
     network = profile.filled_network(spec.network)
     storage = spec.storage
     return spec.model_copy(update={

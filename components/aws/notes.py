@@ -107,7 +107,7 @@ def _idle_stop_notes(spec: "ClusterSpec") -> list[str]:
     if spec.idle_stop is None:
         return []
     if spec.scheduler == "slurm":
-        return [n for n in power.plan_notes(spec, "EC2 StopInstances", "StartInstances", "CloudWatch alarm") if n.startswith("idle_stop")]
+        return power.idle_stop_note(spec, "EC2 StopInstances", "StartInstances", "CloudWatch alarm")
     return [f"idle_stop: a CloudWatch alarm per node stops it (EC2 stop action) when its GPU utilisation averages "
             f"below {spec.idle_stop.gpu_util_below_pct} % in every 5 minutes for {spec.idle_stop.for_minutes} "
             f"min; a node that sends no metric is never stopped. CloudWatch creates the service-linked role for "
@@ -121,7 +121,7 @@ def _schedule_notes(spec: "ClusterSpec") -> list[str]:
         return []
     windows = f"{'; '.join(spec.schedule.windows)}, {spec.schedule.timezone}"
     if spec.scheduler == "slurm":
-        return [n for n in power.plan_notes(spec, "EC2 StopInstances", "StartInstances", "CloudWatch alarm") if n.startswith("schedule")]
+        return power.schedule_note(spec)
     return [f"schedule: EventBridge Scheduler starts the GPU nodes when a window opens and stops them when it closes "
             f"({windows}); a node started by hand outside the windows runs until the next stop, and so do the nodes "
             f"the first `pulumi up` launches outside a window"]

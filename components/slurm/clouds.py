@@ -19,10 +19,10 @@ from components.catalog import Cloud
 from components.spec import NODE_TAG
 
 TCCLI = "/opt/gpu-cluster/tccli/bin/tccli"
+"""Tencent's CLI in its own virtualenv (pip refuses system-wide installs on Ubuntu 24.04, PEP 668)."""
 TCCLI_VERSION, TCCLI_SDK_VERSION = "3.1.189.1", "3.1.189"
 """The tccli release the boot installs (PyPI tccli 3.1.189.1, whose cvm action models and output formats the power
 agent's calls were read from) and the Tencent Cloud SDK it requires (tencentcloud-sdk-python>=3.1.189)."""
-"""Tencent's CLI in its own virtualenv (pip refuses system-wide installs on Ubuntu 24.04, PEP 668)."""
 
 # IMDSv2 (a session token first) for AWS; Tencent's metadata service takes plain GETs. Both print
 # the item and fail (curl -f) on HTTP 404, which is how "no spot notice yet" is told apart.

@@ -64,6 +64,17 @@ instance_of() {  # index: "id state started" of its instance in $found; the newe
   printf '%s\n' "$found" | awk -v i="$1" '$1 == i && (n == 0 || $4 > best) { n = 1; best = $4; line = $2 " " $3 " " $4 }
     END { if (n) print line }'
 }
+listed() {  # name item...: whether name is one of the items
+  local x=$1
+  shift
+  printf '%s\n' "$@" | grep -qxF -- "$x"
+}
+is_spot() { [[ " $SPOT_NODES " == *" $1 "* ]]; }
+oneline() { printf '%s' "$1" | tr -s '\n' ' ' | tail -c 200; }
+target() {  # id: the instance the next instance_start / instance_stop acts on
+  # shellcheck disable=SC2034  # each cloud's instance_start / instance_stop reads one of the two forms
+  INSTANCE_IDS=("$1") INSTANCE_IDS_JSON="[\"$1\"]"
+}
 lookup() {  # sets $found; says why when the cloud refuses
   local err
   err=$(mktemp)
@@ -100,7 +111,7 @@ act() {  # mode hostlist; a stop that fails is queued again (a stopped node must
     esac
     # A one-time spot node cannot be stopped (EC2 user guide, "Stop a Spot Instance"; the spec refuses idle stops and
     # windows on spot nodes): a stop Slurm asks for after a failed resume is dropped, the node stays DOWN in Slurm.
-    if [ "$mode" = suspend ] && [[ " $SPOT_NODES " == *" $n "* ]]; then
+    if [ "$mode" = suspend ] && is_spot "$n"; then
       say "suspend $n: a spot node cannot be stopped; left to Slurm"
       continue
     fi
@@ -113,13 +124,12 @@ act() {  # mode hostlist; a stop that fails is queued again (a stopped node must
       echo "$id" > "$DEFERRED/$n"
       continue
     fi
-    # shellcheck disable=SC2034  # each cloud's instance_start / instance_stop reads one of the two forms
-    INSTANCE_IDS=("$id") INSTANCE_IDS_JSON="[\"$id\"]"
+    target "$id"
     for ((try = 1; try <= TRIES; try++)); do
       if [ "$mode" = resume ]; then out=$(instance_start 2>&1) && break; else out=$(instance_stop 2>&1) && break; fi
       if [ "$try" -lt "$TRIES" ]; then sleep "$RETRY_S"; fi
     done
-    out=$(printf '%s' "$out" | tr -s '\n' ' ' | tail -c 200)
+    out=$(oneline "$out")
     if [ "$try" -le "$TRIES" ]; then
       say "$mode $n: $id"
     elif [ "$mode" = resume ]; then
@@ -169,36 +179,34 @@ reconcile() {
     read -r id state started < <(instance_of "$index") || true
     # dropped once the node came up or is being started, or its instance is stopped or gone; kept otherwise (a
     # node still powering down, an instance pending or rebooting)
-    if [ -e "$JOINED/$n" ] || [ -z "$id" ] || printf '%s\n' "${up[@]}" | grep -qxF -- "$n"; then rm -f "$f"; continue; fi
+    if [ -e "$JOINED/$n" ] || [ -z "$id" ] || listed "$n" "${up[@]}"; then rm -f "$f"; continue; fi
     case "${state,,}" in stopped|stopping) rm -f "$f"; continue ;; esac
-    if [ "${state,,}" != running ] || ! printf '%s\n' "${powered_down[@]}" | grep -qxF -- "$n"; then continue; fi
+    if [ "${state,,}" != running ] || ! listed "$n" "${powered_down[@]}"; then continue; fi
     started_within "$FIRST_BOOT_S" && continue
-    # shellcheck disable=SC2034  # (as in act)
-    INSTANCE_IDS=("$id") INSTANCE_IDS_JSON="[\"$id\"]"
+    target "$id"
     if out=$(instance_stop 2>&1); then say "stopped $n ($id): it did not come up in Slurm within its first boot"; rm -f "$f"
-    else say "could not stop $id of $n: $(printf '%s' "$out" | tr -s '\n' ' ' | tail -c 200)"; fi
+    else say "could not stop $id of $n: $(oneline "$out")"; fi
   done
   for n in "${down[@]}"; do
-    case " $SPOT_NODES " in *" $n "*) continue ;; esac  # (a spot node cannot be stopped: act)
+    if is_spot "$n"; then continue; fi  # (a spot node cannot be stopped: act)
     index=${n#"$NODE_PREFIX"}
-    id="" state=""
+    id="" state="" started=""
     read -r id state started < <(instance_of "$index") || true
     [ "$index" != "$n" ] && [ "${state,,}" = running ] || continue
     first=$(cat "$SEEN/$n" 2> /dev/null || true)
     case "$first" in ''|*[!0-9]*) echo "$now" > "$SEEN/$n"; continue ;; esac
     [ $((now - first)) -ge "$RECONCILE_GRACE_S" ] || continue
-    # shellcheck disable=SC2034  # (as in act)
-    INSTANCE_IDS=("$id") INSTANCE_IDS_JSON="[\"$id\"]"
+    target "$id"
     if out=$(instance_stop 2>&1); then
       say "reconciled $n: Slurm counts it powered down but $id was running; stopped it"
       rm -f "$SEEN/$n"
-    else say "could not stop $id of powered-down $n: $(printf '%s' "$out" | tr -s '\n' ' ' | tail -c 200)"; fi
+    else say "could not stop $id of powered-down $n: $(oneline "$out")"; fi
   done
   # a node no longer seen powered down and running starts over
   for f in "$SEEN"/*; do
     [ -e "$f" ] || continue
     n=${f##*/}
-    printf '%s\n' "${down[@]}" | grep -qxF -- "$n" || rm -f "$f"
+    listed "$n" "${down[@]}" || rm -f "$f"
   done
 }
 # Requests are files <time>-<pid>.<mode> holding a hostlist, taken oldest first. A request being acted on is
@@ -359,24 +367,25 @@ def window_script(c: SlurmCluster) -> str:
     }, _WINDOW_BODY)
 
 
-def plan_notes(spec: "ClusterSpec", stop_call: str, start_call: str, alarm: str) -> list[str]:
-    """What Slurm power saving does with the stack's idle_stop and run windows, told the same way on every cloud
-    (`stop_call` / `start_call`: the cloud API calls power-agent makes; `alarm`: the cloud's alarms, which stop
-    nothing then)."""
-    if spec.scheduler != "slurm" or ops(spec.cloud).instance_start is None:
+def idle_stop_note(spec: "ClusterSpec", stop_call: str, start_call: str, alarm: str) -> list[str]:
+    """What Slurm power saving does with the stack's idle_stop, told the same way on every cloud (`stop_call` /
+    `start_call`: the cloud API calls power-agent makes; `alarm`: the cloud's alarms, which stop nothing then)."""
+    if spec.idle_stop is None or not plan_tags(spec):
         return []
-    out = []
-    if spec.idle_stop is not None:
-        out.append(f"idle_stop with Slurm: Slurm power saving stops a GPU node that has had no job for "
-                   f"{spec.idle_stop.for_minutes} min (SuspendTime; the head node's power agent calls {stop_call}) "
-                   f"and starts it again for the next job that needs it ({start_call}; the job waits for the boot "
-                   f"and the health check, ResumeTimeout 30 min). A job in a CPU-only phase keeps its node; no "
-                   f"{alarm} stops anything (docs/slurm.md, \"What happens to a job\")")
-    if spec.schedule is not None:
-        windows = f"{'; '.join(spec.schedule.windows)}, {spec.schedule.timezone}"
-        out.append(f"schedule with Slurm: outside the run windows ({windows}) the head node's slurm-window timer sets "
-                   f"the Slurm partition DOWN, so jobs queue and wait, and powers down every GPU node still up (its "
-                   f"running jobs are requeued); inside them the partition is UP and pending jobs start their nodes. "
-                   f"Slurm alone starts and stops the GPU nodes; the head node runs all the time, so jobs can be "
-                   f"submitted at any hour. The cost estimate counts the GPU nodes for the windows' hours, at most")
-    return out
+    return [f"idle_stop with Slurm: Slurm power saving stops a GPU node that has had no job for "
+            f"{spec.idle_stop.for_minutes} min (SuspendTime; the head node's power agent calls {stop_call}) "
+            f"and starts it again for the next job that needs it ({start_call}; the job waits for the boot "
+            f"and the health check, ResumeTimeout 30 min). A job in a CPU-only phase keeps its node; no "
+            f"{alarm} stops anything (docs/slurm.md, \"What happens to a job\")"]
+
+
+def schedule_note(spec: "ClusterSpec") -> list[str]:
+    """What Slurm power saving does with the stack's run windows, on every cloud."""
+    if spec.schedule is None or not plan_tags(spec):
+        return []
+    windows = f"{'; '.join(spec.schedule.windows)}, {spec.schedule.timezone}"
+    return [f"schedule with Slurm: outside the run windows ({windows}) the head node's slurm-window timer sets "
+            f"the Slurm partition DOWN, so jobs queue and wait, and powers down every GPU node still up (its "
+            f"running jobs are requeued); inside them the partition is UP and pending jobs start their nodes. "
+            f"Slurm alone starts and stops the GPU nodes; the head node runs all the time, so jobs can be "
+            f"submitted at any hour. The cost estimate counts the GPU nodes for the windows' hours, at most"]

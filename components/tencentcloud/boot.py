@@ -16,6 +16,7 @@ from components.catalog import Shape
 import pulumi
 
 from components.cloudinit import SBIN, BootConfig, DataDisk, LustreMount, Step, bash_script, encode, render, size_problem
+from components.slurm.boot import SYSTEMD
 
 # CFS Turbo is mounted with Tencent's Turbo client, which `cfs_turbo_client_setup` installs for the
 # running kernel and refuses on a kernel it does not support (CFS documentation, "Using CFS Turbo on
@@ -251,7 +252,6 @@ if [ -z "$root" ]; then systemctl disable --now {timer} > /dev/null 2>&1 || true
 _SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
 
 
-SYSTEMD = "/etc/systemd/system"
 SLURM_BOOT_DONE = "/var/lib/gpu-cluster/slurm-boot.done"
 """Written once this machine's Slurm boot has run to the end without a failure; until then the unit runs it again."""
 SLURM_BOOT_UNIT, SLURM_BOOT_TIMER = "gpu-cluster-slurm-boot.service", "gpu-cluster-slurm-boot.timer"

@@ -164,6 +164,7 @@ def _node_user_data(s: _Setting, storage: Storage, head: Optional[Head],
 def _compute(s: _Setting, network: Network, storage: Storage, head: Optional[Head], image_id: pulumi.Input[str],
              user_data: list[pulumi.Output]) -> Compute:
     name, spec, shape = s.name, s.spec, s.cluster.shape
+    powered = power.plan_tags(spec)  # Slurm starts and stops the nodes
     return Compute(f"{name}-compute", ComputeArgs(
         cluster_name=name, zone=spec.zone, instance_type=shape.type, nodes=spec.nodes, purchase=spec.purchase,
         vpc_id=network.vpc_id, subnet_id=network.subnet_id, security_group_id=network.security_group_id,
@@ -173,7 +174,7 @@ def _compute(s: _Setting, network: Network, storage: Storage, head: Optional[Hea
         scratch_disk_gb=SCRATCH_DISK_GB if spec.storage.scratch == "disk" else 0,
         data_disk_ids=storage.data_disk_ids, capacity=spec.capacity,
         cam_role_name=head.node_role_name if head else None,
-        node_tags={**power.plan_tags(spec), **node_cost_tags(spec)}, slurm_powers=bool(power.plan_tags(spec)),
+        node_tags={**powered, **node_cost_tags(spec)}, slurm_powers=bool(powered),
         after=[*network.ready, *([head.instance, *head.boot_objects] if head else [])]),
         opts=s.child)
 
@@ -203,10 +204,11 @@ def _monitoring_and_cost_controls(s: _Setting, compute: Compute, budget: Budget,
     # Under Slurm power saving (components/slurm/power.py) slurmctld alone starts and stops the GPU nodes, and the
     # run windows and idle stop live in the head node's configuration. Without Slurm the windows start and stop the
     # head node with the GPU nodes, and idle stop only ever stops GPU nodes. (A Tencent budget only reminds.)
-    if power.plan_tags(spec) and head is not None:
+    slurm_powers = bool(power.plan_tags(spec))
+    if slurm_powers and head is not None:
         head.allow_power(cluster.region, compute.node_ids)
     every_node = compute.node_ids + ([head.instance_id] if head else [])
-    if (spec.schedule is not None or spec.idle_stop is not None) and not power.plan_tags(spec):
+    if (spec.schedule is not None or spec.idle_stop is not None) and not slurm_powers:
         CostControls(f"{name}-cost-controls", CostControlArgs(
             cluster_name=name, region=cluster.region, node_ids=every_node, gpu_node_ids=compute.node_ids,
             tags=s.tags, schedule=spec.schedule, idle_stop=spec.idle_stop), opts=s.child)

@@ -174,7 +174,8 @@ def slurm_notes(spec: "ClusterSpec") -> list[str]:
         "instance running for 30 min (ResumeTimeout) is stopped, since it bills with no job able to use it; a node "
         "that never registered (still in its first boot, or made without Slurm) is never stopped that way",
     ]
-    out += power.plan_notes(spec, "CVM StopInstances with STOP_CHARGING", "StartInstances", "Cloud Monitor alarm")
+    out += power.idle_stop_note(spec, "CVM StopInstances with STOP_CHARGING", "StartInstances", "Cloud Monitor alarm")
+    out += power.schedule_note(spec)
     if spec.storage.checkpoint_bucket:
         out.append("scheduler: slurm — only root reaches the metadata service on the head and GPU nodes (so no job can "
                    "read the munge key through the CAM role), and jobs get no role of their own on Tencent Cloud yet: "
